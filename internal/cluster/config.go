@@ -1,0 +1,242 @@
+package cluster
+
+import (
+	"net"
+	"net/netip"
+	"time"
+)
+
+// Role is what a node does in the cluster; it picks the services the node
+// runs and its default VRRP priorities.
+type Role string
+
+// Node roles.
+const (
+	RoleBootstrap Role = "bootstrap"
+	RoleMaster    Role = "master"
+	RoleWorker    Role = "worker"
+)
+
+// VIPKind tells the two virtual IPs apart.
+type VIPKind string
+
+// VIP kinds.
+const (
+	VIPAPI     VIPKind = "api"
+	VIPIngress VIPKind = "ingress"
+)
+
+// VRRP modes.
+const (
+	// VRRPModeNative is the appliance's own default: VRRPv3, fast adverts.
+	VRRPModeNative = "native"
+	// VRRPModeKeepalivedOpenShift speaks exactly what keepalived does on an
+	// OpenShift on-prem cluster (VRRPv2, 1 s adverts, PASS auth
+	// "<name>_api_vip", Fletcher-derived VRIDs), so nodes can move from
+	// keepalived to the appliance one at a time.
+	VRRPModeKeepalivedOpenShift = "keepalived-openshift"
+)
+
+// Defaults applied by Parse.
+const (
+	// DefaultAdvertInterval is the native-mode VRRPv3 advertisement interval:
+	// failover in about a third of a second instead of keepalived's ~3 s.
+	DefaultAdvertInterval = 100 * time.Millisecond
+	// CompatAdvertInterval is the interval in keepalived-openshift mode, and
+	// the default for VRRPv2 (which cannot express less than a second).
+	CompatAdvertInterval = time.Second
+	// DefaultAdminListen keeps the admin endpoint off the network by default.
+	DefaultAdminListen = "127.0.0.1:9447"
+	// DefaultDNSPort is used for upstreamDNS entries given without a port.
+	DefaultDNSPort = 53
+)
+
+// Config is the validated cluster model. Parse, ParseInstallConfig and Load
+// are the only producers; everything in it has been checked, defaults are
+// filled in, and services treat it as read-only.
+type Config struct {
+	Cluster Cluster
+	Network Network
+	Nodes   []Node
+	VRRP    VRRP
+	Admin   Admin
+}
+
+// Cluster names the cluster.
+type Cluster struct {
+	Name       string // a DNS label, e.g. "ocp4"
+	BaseDomain string // a DNS name, e.g. "example.com"
+}
+
+// Domain is the cluster domain, name.baseDomain, under which api, api-int and
+// *.apps live.
+func (c Cluster) Domain() string { return c.Name + "." + c.BaseDomain }
+
+// Network describes the machine network the nodes and VIPs live on.
+type Network struct {
+	// MachineCIDRs holds one prefix per machine network (two when dual-stack).
+	MachineCIDRs []netip.Prefix
+	// Interface is the interface carrying the VIPs; "" means the one holding
+	// an address inside MachineCIDRs, resolved at runtime by the caller.
+	Interface string
+	// Gateway is the machine network's router; zero when not set.
+	Gateway netip.Addr
+	// APIVIPs and IngressVIPs hold at most one address per family.
+	APIVIPs     []netip.Addr
+	IngressVIPs []netip.Addr
+	// UpstreamDNS lists resolvers to forward to; empty means the node's
+	// resolv.conf minus its own addresses (decided by the DNS service).
+	UpstreamDNS []netip.AddrPort
+}
+
+// PrefixFor returns the machine network that contains a, e.g. to give a VIP
+// the network's prefix length.
+func (n Network) PrefixFor(a netip.Addr) (netip.Prefix, bool) {
+	for _, p := range n.MachineCIDRs {
+		if p.Contains(a) {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// Node is one machine of the cluster as configured.
+type Node struct {
+	Name string // short host name, a DNS label
+	Role Role
+	MAC  net.HardwareAddr // nil when not configured
+	IPs  []netip.Addr
+}
+
+// VRRP configures the virtual routers for the API and ingress VIPs.
+type VRRP struct {
+	// Mode is VRRPModeNative or VRRPModeKeepalivedOpenShift.
+	Mode string
+	// Version is 2 or 3.
+	Version int
+	// AdvertInterval is whole seconds (1..255 s) for v2, or 10 ms steps
+	// (10 ms..40.95 s) for v3.
+	AdvertInterval time.Duration
+	// Preempt lets a higher-priority backup take over from a lower master.
+	Preempt bool
+	// PreemptDelay holds off preemption after start-up.
+	PreemptDelay time.Duration
+	// APIVRID and IngressVRID are the virtual router IDs (1..255), derived
+	// from the cluster name by DeriveVRIDs unless configured.
+	APIVRID, IngressVRID uint8
+	// AuthPass is the VRRPv2 simple-auth password (at most 8 bytes); empty
+	// means no authentication. Use AuthPassFor, which knows compat mode.
+	AuthPass string
+	// UnicastPeers switches adverts from multicast to unicast when set.
+	UnicastPeers []netip.Addr
+	// Priority overrides the role's default priority (1..254); 0 = default.
+	// Use PriorityFor.
+	Priority int
+}
+
+// Admin configures the admin HTTP listener.
+type Admin struct {
+	Listen string // host:port
+}
+
+// DefaultPriority is a role's VRRP priority for a VIP, as OpenShift's
+// keepalived uses them: the bootstrap node wins the API VIP while it exists,
+// and workers (which run the routers) win the ingress VIP. 0 means the role
+// does not take part in that virtual router.
+func DefaultPriority(role Role, vip VIPKind) uint8 {
+	switch vip {
+	case VIPAPI:
+		switch role {
+		case RoleBootstrap:
+			return 50
+		case RoleMaster:
+			return 40
+		}
+	case VIPIngress:
+		switch role {
+		case RoleMaster:
+			return 20
+		case RoleWorker:
+			return 40
+		}
+	}
+	return 0
+}
+
+// PriorityFor is the priority a node of role uses for kind: the configured
+// override when set, else DefaultPriority. A role that does not take part
+// (DefaultPriority 0) stays out even with an override, so one setting cannot
+// make a worker claim the API VIP.
+func (c *Config) PriorityFor(role Role, kind VIPKind) uint8 {
+	d := DefaultPriority(role, kind)
+	if d == 0 || c.VRRP.Priority == 0 {
+		return d
+	}
+	return uint8(c.VRRP.Priority)
+}
+
+// compatAuthLen is how much of a PASS password VRRPv2 carries.
+const compatAuthLen = 8
+
+// AuthPassFor is the VRRPv2 password for kind's virtual router. In
+// keepalived-openshift mode it is derived like keepalived's: the first 8 bytes
+// of "<name>_api_vip" or "<name>_ingress_vip" (keepalived truncates longer
+// passwords to 8). In native mode it is VRRP.AuthPass for both.
+func (c *Config) AuthPassFor(kind VIPKind) string {
+	if c.VRRP.Mode != VRRPModeKeepalivedOpenShift {
+		return c.VRRP.AuthPass
+	}
+	p := c.Cluster.Name + "_" + string(kind) + "_vip"
+	if len(p) > compatAuthLen {
+		p = p[:compatAuthLen]
+	}
+	return p
+}
+
+// VRIDFor is the virtual router ID of kind.
+func (c *Config) VRIDFor(kind VIPKind) uint8 {
+	if kind == VIPIngress {
+		return c.VRRP.IngressVRID
+	}
+	return c.VRRP.APIVRID
+}
+
+// VIPsFor returns the VIPs of kind (callers must not modify the slice).
+func (c *Config) VIPsFor(kind VIPKind) []netip.Addr {
+	if kind == VIPIngress {
+		return c.Network.IngressVIPs
+	}
+	return c.Network.APIVIPs
+}
+
+// NodeByName finds a configured node by name.
+func (c *Config) NodeByName(name string) (Node, bool) {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// NodeByAddr finds the configured node that owns address a.
+func (c *Config) NodeByAddr(a netip.Addr) (Node, bool) {
+	a = a.Unmap()
+	for _, n := range c.Nodes {
+		for _, ip := range n.IPs {
+			if ip == a {
+				return n, true
+			}
+		}
+	}
+	return Node{}, false
+}
+
+// VIPName is the conventional name of a VIP's virtual router in State and in
+// logs: "api-v4", "ingress-v6".
+func VIPName(kind VIPKind, vip netip.Addr) string {
+	if vip.Is4() || vip.Is4In6() {
+		return string(kind) + "-v4"
+	}
+	return string(kind) + "-v6"
+}

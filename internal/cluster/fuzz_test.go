@@ -1,0 +1,70 @@
+package cluster
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// checkParseResult holds for any input: either a model, or a
+// *ValidationError whose problems are each one non-empty line.
+func checkParseResult(t *testing.T, cfg *Config, err error) {
+	t.Helper()
+	if err == nil {
+		if cfg == nil {
+			t.Fatal("nil config without error")
+		}
+		if len(cfg.Network.APIVIPs) == 0 || len(cfg.Network.MachineCIDRs) == 0 || cfg.VRRP.APIVRID == 0 ||
+			cfg.VRRP.IngressVRID == 0 || cfg.VRRP.APIVRID == cfg.VRRP.IngressVRID || cfg.Admin.Listen == "" {
+			t.Fatalf("accepted config breaks an invariant: %+v", cfg)
+		}
+		return
+	}
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) == 0 {
+		t.Fatalf("error is not a non-empty *ValidationError: %T %v", err, err)
+	}
+	for _, p := range ve.Problems {
+		if p.Message == "" || strings.Contains(p.String(), "\n") {
+			t.Fatalf("bad problem %#v", p)
+		}
+	}
+}
+
+func seedFuzz(f *testing.F) {
+	for _, name := range []string{"appliance.yaml", "install-config.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range []string{
+		"", "~", "[]", "cluster: 5", "a: [", "cluster:\n  name: a\n  name: b\n",
+		"network: {apiVIPs: [10.0.0.300], machineCIDR: 10.0.0.0/24}",
+		"nodes: [{name: a, mac: '52:54:00:7e:00'}]",
+		"vrrp: {version: 2, advertInterval: 1s, apiVRID: 300, authPass: 123456789}",
+		"network: {upstreamDNS: ['[::1]:53', '1.1.1.1:0', 'fe80::1%eth0']}",
+		"a: &a [*a, *a]",
+	} {
+		f.Add([]byte(s))
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	seedFuzz(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data)
+		checkParseResult(t, cfg, err)
+	})
+}
+
+func FuzzParseInstallConfig(f *testing.F) {
+	seedFuzz(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := ParseInstallConfig(data)
+		checkParseResult(t, cfg, err)
+	})
+}

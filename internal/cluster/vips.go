@@ -1,0 +1,158 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// VIPInstance is one virtual router a node runs: one VIP kind, one family.
+// It carries everything a VRRP implementation needs and nothing about sockets.
+type VIPInstance struct {
+	Name         string // VIPName: "api-v4", "ingress-v6"
+	Kind         VIPKind
+	VIP          netip.Prefix // the VIP with its machine network's prefix length
+	VRID         uint8
+	Priority     uint8
+	Version      int
+	Interval     time.Duration
+	AuthPass     string
+	Preempt      bool
+	PreemptDelay time.Duration
+	UnicastPeers []netip.Addr // of the VIP's family, without the node's own addresses
+}
+
+// VIPInstances lists the virtual routers self takes part in: the API VIPs on
+// the bootstrap and control-plane nodes, the ingress VIPs on control-plane
+// and worker nodes, one per address family.
+func (c *Config) VIPInstances(self Node) []VIPInstance {
+	var out []VIPInstance
+	for _, kind := range []VIPKind{VIPAPI, VIPIngress} {
+		prio := c.PriorityFor(self.Role, kind)
+		if prio == 0 {
+			continue
+		}
+		for _, vip := range c.VIPsFor(kind) {
+			pfx, ok := c.Network.PrefixFor(vip)
+			if !ok {
+				continue // Parse guarantees a machine network; defensive only
+			}
+			in := VIPInstance{
+				Name: VIPName(kind, vip), Kind: kind, VIP: netip.PrefixFrom(vip, pfx.Bits()),
+				VRID: c.VRIDFor(kind), Priority: prio, Version: c.VRRP.Version,
+				Interval: c.VRRP.AdvertInterval, Preempt: c.VRRP.Preempt,
+				PreemptDelay: c.VRRP.PreemptDelay,
+			}
+			if in.Version == 2 {
+				in.AuthPass = c.AuthPassFor(kind)
+			}
+			for _, p := range c.VRRP.UnicastPeers {
+				if p.Is4() == vip.Is4() && !slices.Contains(self.IPs, p) {
+					in.UnicastPeers = append(in.UnicastPeers, p)
+				}
+			}
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// LocalInterface is one interface of this machine and its addresses.
+type LocalInterface struct {
+	Name  string
+	Up    bool
+	Addrs []netip.Prefix
+}
+
+// LocalInterfaces reads this machine's interfaces (in the caller's network namespace).
+func LocalInterfaces() ([]LocalInterface, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: list interfaces: %w", err)
+	}
+	out := make([]LocalInterface, 0, len(ifs))
+	for _, ifi := range ifs {
+		addrs, err := ifi.Addrs()
+		if err != nil {
+			return nil, fmt.Errorf("cluster: addresses of %s: %w", ifi.Name, err)
+		}
+		li := LocalInterface{Name: ifi.Name, Up: ifi.Flags&net.FlagUp != 0}
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				ip, _ := netip.AddrFromSlice(ipn.IP)
+				ones, _ := ipn.Mask.Size()
+				li.Addrs = append(li.Addrs, netip.PrefixFrom(ip.Unmap(), ones))
+			}
+		}
+		out = append(out, li)
+	}
+	return out, nil
+}
+
+// FindSelf decides which configured node this process runs on: the node
+// named name when given; else the node owning one of the local addresses;
+// else the node named like the host (short name).
+func (c *Config) FindSelf(name string, local []LocalInterface, hostname string) (Node, error) {
+	if name != "" {
+		if n, ok := c.NodeByName(name); ok {
+			return n, nil
+		}
+		return Node{}, fmt.Errorf("cluster: --node %q is not in nodes (known: %s)", name, c.nodeNames())
+	}
+	for _, li := range local {
+		for _, a := range li.Addrs {
+			if n, ok := c.NodeByAddr(a.Addr()); ok {
+				return n, nil
+			}
+		}
+	}
+	short, _, _ := strings.Cut(hostname, ".")
+	if n, ok := c.NodeByName(short); ok {
+		return n, nil
+	}
+	return Node{}, fmt.Errorf("cluster: this machine (host %q) matches no node by address or name; pass --node NAME (known: %s)",
+		hostname, c.nodeNames())
+}
+
+func (c *Config) nodeNames() string {
+	if len(c.Nodes) == 0 {
+		return "none configured"
+	}
+	names := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		names[i] = n.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// PickInterface returns the interface holding an address inside a machine
+// network, for when network.interface is not set. VIPs themselves do not
+// count: a stale VIP must not pick the interface.
+func (c *Config) PickInterface(local []LocalInterface) (string, error) {
+	isVIP := func(a netip.Addr) bool {
+		return slices.Contains(c.Network.APIVIPs, a) || slices.Contains(c.Network.IngressVIPs, a)
+	}
+	var found []string
+	for _, li := range local {
+		for _, a := range li.Addrs {
+			if isVIP(a.Addr()) {
+				continue
+			}
+			if _, ok := c.Network.PrefixFor(a.Addr()); ok {
+				found = append(found, li.Name)
+				break
+			}
+		}
+	}
+	switch len(found) {
+	case 0:
+		return "", fmt.Errorf("cluster: no interface has an address in network.machineCIDRs %v; set network.interface", c.Network.MachineCIDRs)
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("cluster: interfaces %s all have addresses in network.machineCIDRs; set network.interface to one of them",
+		strings.Join(found, ", "))
+}
