@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"appliance/internal/cluster"
+	"appliance/internal/netlab"
+)
+
+// keepalivedConf describes one keepalived VRRP instance the way a cluster
+// would configure it.
+type keepalivedConf struct {
+	Version  int
+	VRID     uint8
+	Priority int
+	Interval string // keepalived syntax: "1", "0.1"
+	AuthPass string // v2 PASS; empty: none
+	VIP      string // with prefix length
+}
+
+func (k keepalivedConf) render(router string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "global_defs {\n  router_id %s\n  vrrp_version %d\n  vrrp_garp_master_delay 0\n}\n", router, k.Version)
+	fmt.Fprintf(&b, "vrrp_instance VI_%d {\n  state BACKUP\n  interface eth0\n  virtual_router_id %d\n  priority %d\n  advert_int %s\n",
+		k.VRID, k.VRID, k.Priority, k.Interval)
+	if k.AuthPass != "" {
+		fmt.Fprintf(&b, "  authentication {\n    auth_type PASS\n    auth_pass %s\n  }\n", k.AuthPass)
+	}
+	fmt.Fprintf(&b, "  virtual_ipaddress {\n    %s\n  }\n}\n", k.VIP)
+	return b.String()
+}
+
+// startKeepalived runs keepalived (VRRP only, in the foreground) inside node.
+func startKeepalived(t *testing.T, n *netlab.Node, k keepalivedConf) *netlab.Process {
+	t.Helper()
+	if _, err := exec.LookPath("keepalived"); err != nil {
+		t.Fatalf("keepalived is not installed (make test-deps installs it): %v", err)
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "keepalived.conf")
+	if err := writeFileAt(conf, k.render(n.NS)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := n.Start(context.Background(), "keepalived", "--dont-fork", "--log-console", "--log-detail",
+		"--vrrp", "--no-syslog", "-f", conf, "-p", filepath.Join(dir, "keepalived.pid"),
+		"-r", filepath.Join(dir, "vrrp.pid"))
+	if err != nil {
+		t.Fatalf("start keepalived on %s: %v", n.Name, err)
+	}
+	return p
+}
+
+// TestKeepalivedInteropV3: keepalived master + appliance backup in one VRID
+// over VRRPv3, then the reverse.
+func TestKeepalivedInteropV3(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "kav3"})
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	vip := prefixOf(lab, labVIP)
+	ka := keepalivedConf{Version: 3, VRID: 51, Priority: 150, Interval: "0.1", VIP: vip}
+
+	procs["keepalived"] = startKeepalived(t, lab.Nodes[0], ka)
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 500*time.Millisecond)
+	procs["appliance"] = startAppliance(t, lab.Nodes[1], vipArgs(lab, 100)...)
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 2*time.Second)
+	// keepalived dies without a word: the appliance takes over.
+	procs["keepalived"].Kill()
+	waitHolder(t, lab.Nodes[1:], labVIP, 1, 5*time.Second, 500*time.Millisecond)
+	// The reverse: keepalived comes back as a lower-priority backup and must
+	// stay backup to the appliance master.
+	runIn(t, lab.Nodes[0], "ip", "addr", "del", vip, "dev", "eth0") // kill -9 left its VIP
+	ka.Priority = 50
+	procs["keepalived-backup"] = startKeepalived(t, lab.Nodes[0], ka)
+	waitHolder(t, lab.Nodes, labVIP, 1, 10*time.Second, 2*time.Second)
+	// A planned handover from the appliance to keepalived.
+	procs["appliance"].Signal(syscall.SIGTERM)
+	waitHolder(t, lab.Nodes, labVIP, 0, 5*time.Second, 500*time.Millisecond)
+}
+
+// TestKeepalivedOpenShiftMigration runs one node of an OpenShift-style
+// keepalived pair (VRRPv2, PASS auth, Fletcher VRID, 1 s) next to the
+// appliance in keepalived-openshift mode from a config file, both ways round.
+func TestKeepalivedOpenShiftMigration(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "kaocp"})
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	const name = "ocp4"
+	apiVRID, _ := cluster.DeriveVRIDs(name)
+	conf := fmt.Sprintf(`cluster: {name: %s, baseDomain: example.com}
+network:
+  machineCIDR: %s
+  interface: eth0
+  apiVIPs: [%s]
+nodes:
+  - {name: master-0, role: master, ips: [%s]}
+  - {name: master-1, role: master, ips: [%s]}
+vrrp: {mode: keepalived-openshift, priority: 100}
+`, name, lab.Nodes[0].IPv4.Masked(), labVIP, lab.Nodes[0].IPv4.Addr(), lab.Nodes[1].IPv4.Addr())
+	cfgPath := writeFile(t, "appliance.yaml", conf)
+	ka := keepalivedConf{Version: 2, VRID: apiVRID, Priority: 150, Interval: "1",
+		AuthPass: (name + "_api_vip")[:8], VIP: prefixOf(lab, labVIP)}
+
+	// keepalived master, appliance backup.
+	procs["keepalived"] = startKeepalived(t, lab.Nodes[0], ka)
+	waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, 500*time.Millisecond)
+	procs["appliance"] = startAppliance(t, lab.Nodes[1], "vip", "--config", cfgPath, "--node", "master-1")
+	waitHolder(t, lab.Nodes, labVIP, 0, 15*time.Second, 4*time.Second)
+	// SIGTERM: keepalived sends priority 0, the appliance takes over at once.
+	procs["keepalived"].Signal(syscall.SIGTERM)
+	waitHolder(t, lab.Nodes, labVIP, 1, 5*time.Second, 500*time.Millisecond)
+	// Reverse: keepalived (lower priority) joins as backup and stays backup.
+	ka.Priority = 50
+	procs["keepalived-backup"] = startKeepalived(t, lab.Nodes[0], ka)
+	waitHolder(t, lab.Nodes, labVIP, 1, 15*time.Second, 4*time.Second)
+	procs["appliance"].Signal(syscall.SIGTERM)
+	waitHolder(t, lab.Nodes, labVIP, 0, 5*time.Second, 500*time.Millisecond)
+}
+
+// runIn runs a command inside node and fails the test on error.
+func runIn(t *testing.T, n *netlab.Node, name string, args ...string) string {
+	t.Helper()
+	out, err := n.Run(context.Background(), name, args...)
+	if err != nil {
+		t.Fatalf("%s: %s %v: %v\n%s", n.Name, name, args, err, out)
+	}
+	return out
+}

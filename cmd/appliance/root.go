@@ -1,0 +1,51 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// globalFlags are the flags every subcommand shares.
+type globalFlags struct {
+	logLevel  string
+	logFormat string
+}
+
+func newRootCmd() *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "appliance",
+		Short:         "Network services for a cluster that has none: VIPs, DNS, load balancing, DHCP",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: text, json, or auto (text on a terminal, JSON otherwise)")
+	root.AddCommand(newVIPCmd(g), newConfigCmd(), newVersionCmd(), newLabCmd(g))
+	return root
+}
+
+// logger builds the process logger from the global flags.
+func (g *globalFlags) logger() (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(g.logFormat) {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "auto":
+		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+		}
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is not one of text, json, auto", g.logFormat)
+}

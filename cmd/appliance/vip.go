@@ -1,0 +1,238 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"appliance/internal/admin"
+	"appliance/internal/cluster"
+	"appliance/vrrp"
+)
+
+type vipFlags struct {
+	config       string
+	node         string
+	iface        string
+	vips         []string
+	vrid         uint8
+	priority     uint8
+	interval     time.Duration
+	version      uint8
+	peers        []string
+	authPass     string
+	noPreempt    bool
+	preemptDelay time.Duration
+	trackHTTP    []string
+	trackTCP     []string
+	adminListen  string
+	name         string
+}
+
+func newVIPCmd(g *globalFlags) *cobra.Command {
+	f := &vipFlags{}
+	cmd := &cobra.Command{
+		Use:   "vip",
+		Short: "Hold virtual IPs with VRRP (v2/v3), failing over between nodes",
+		Long: `Hold virtual IPs with VRRP. Either describe one virtual router with flags:
+
+  appliance vip --interface eth0 --vip 192.168.126.5/24 --vrid 51 --priority 100
+
+or run the API and ingress VIPs of a cluster from its config:
+
+  appliance vip --config appliance.yaml [--node master-0]
+
+SIGTERM hands the VIPs over at once (a priority-0 advert) and removes them.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			var cfgs []vrrp.Config
+			listen := f.adminListen
+			if f.config != "" {
+				cfgs, listen, err = f.fromConfig(cmd)
+			} else {
+				cfgs, err = f.fromFlags()
+			}
+			if err != nil {
+				return err
+			}
+			return runVIPs(cmd.Context(), cfgs, listen, log)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster's VIPs")
+	fl.StringVar(&f.node, "node", "", "with --config: this node's name (default: the node owning a local address, else the hostname)")
+	fl.StringVar(&f.iface, "interface", "", "interface that holds the VIP")
+	fl.StringSliceVar(&f.vips, "vip", nil, "virtual IP with prefix length, e.g. 192.168.126.5/24 (repeatable, one family)")
+	fl.Uint8Var(&f.vrid, "vrid", 0, "virtual router ID, 1..255")
+	fl.Uint8Var(&f.priority, "priority", 100, "priority 1..255 (255: address owner)")
+	fl.DurationVar(&f.interval, "advert-interval", cluster.DefaultAdvertInterval, "advertisement interval (v2: whole seconds)")
+	fl.Uint8Var(&f.version, "vrrp-version", 3, "VRRP version, 2 or 3")
+	fl.StringSliceVar(&f.peers, "unicast-peer", nil, "send adverts to this peer instead of multicast (repeatable)")
+	fl.StringVar(&f.authPass, "auth-pass", "", "VRRPv2 simple password (at most 8 bytes)")
+	fl.BoolVar(&f.noPreempt, "no-preempt", false, "never take over from a live master, even with a higher priority")
+	fl.DurationVar(&f.preemptDelay, "preempt-delay", 0, "wait this long before preempting a live lower-priority master")
+	fl.StringArrayVar(&f.trackHTTP, "track-http", nil, "URL:weight, e.g. https://127.0.0.1:6443/readyz:-50 (weight 0: failure means FAULT)")
+	fl.StringArrayVar(&f.trackTCP, "track-tcp", nil, "HOST:PORT:weight")
+	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9447", "admin HTTP listener (/metrics, /status, /healthz, /readyz)")
+	fl.StringVar(&f.name, "name", "", "instance name in logs and metrics (default vrid-N)")
+	return cmd
+}
+
+func (f *vipFlags) tracks() ([]vrrp.TrackSpec, error) {
+	var specs []vrrp.TrackSpec
+	for _, s := range f.trackHTTP {
+		t, err := vrrp.ParseTrackFlag("http", s)
+		if err != nil {
+			return nil, fmt.Errorf("--track-http %q: %w", s, err)
+		}
+		specs = append(specs, t)
+	}
+	for _, s := range f.trackTCP {
+		t, err := vrrp.ParseTrackFlag("tcp", s)
+		if err != nil {
+			return nil, fmt.Errorf("--track-tcp %q: %w", s, err)
+		}
+		specs = append(specs, t)
+	}
+	return specs, nil
+}
+
+func (f *vipFlags) fromFlags() ([]vrrp.Config, error) {
+	if f.iface == "" || len(f.vips) == 0 || f.vrid == 0 {
+		return nil, errors.New("vip: give --interface, --vip and --vrid (or --config FILE)")
+	}
+	c := vrrp.Config{
+		Name: f.name, Interface: f.iface, VRID: f.vrid, Version: f.version, Priority: f.priority,
+		Interval: f.interval, Preempt: !f.noPreempt, PreemptDelay: f.preemptDelay, Accept: true,
+		AuthPass: f.authPass,
+	}
+	if c.Name == "" {
+		c.Name = fmt.Sprintf("vrid-%d", f.vrid)
+	}
+	for _, s := range f.vips {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("--vip %q: not an address with prefix length like 192.168.126.5/24", s)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		c.VIPs = append(c.VIPs, p)
+	}
+	for _, s := range f.peers {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("--unicast-peer %q: not an IP address", s)
+		}
+		c.UnicastPeers = append(c.UnicastPeers, a)
+	}
+	var err error
+	if c.Tracks, err = f.tracks(); err != nil {
+		return nil, err
+	}
+	return []vrrp.Config{c}, nil
+}
+
+func (f *vipFlags) fromConfig(cmd *cobra.Command) ([]vrrp.Config, string, error) {
+	cfg, err := cluster.Load(f.config)
+	if err != nil {
+		return nil, "", err
+	}
+	local, err := cluster.LocalInterfaces()
+	if err != nil {
+		return nil, "", err
+	}
+	host, _ := os.Hostname()
+	self, err := cfg.FindSelf(f.node, local, host)
+	if err != nil {
+		return nil, "", err
+	}
+	iface := cfg.Network.Interface
+	if iface == "" {
+		if iface, err = cfg.PickInterface(local); err != nil {
+			return nil, "", err
+		}
+	}
+	tracks, err := f.tracks()
+	if err != nil {
+		return nil, "", err
+	}
+	var out []vrrp.Config
+	for _, in := range cfg.VIPInstances(self) {
+		out = append(out, vrrp.Config{
+			Name: in.Name, Interface: iface, VRID: in.VRID, Version: uint8(in.Version),
+			Priority: in.Priority, Interval: in.Interval, Preempt: in.Preempt,
+			PreemptDelay: in.PreemptDelay, Accept: true, AuthPass: in.AuthPass,
+			VIPs: []netip.Prefix{in.VIP}, UnicastPeers: in.UnicastPeers, Tracks: tracks,
+		})
+	}
+	if len(out) == 0 {
+		return nil, "", fmt.Errorf("vip: node %s (role %s) holds no VIP in %s", self.Name, self.Role, f.config)
+	}
+	listen := cfg.Admin.Listen
+	if cmd.Flags().Changed("admin-listen") {
+		listen = f.adminListen
+	}
+	return out, listen, nil
+}
+
+// runVIPs runs the instances and the admin listener until ctx ends.
+func runVIPs(ctx context.Context, cfgs []vrrp.Config, listen string, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := vrrp.NewMetrics(reg)
+	instances := make([]*vrrp.Instance, 0, len(cfgs))
+	for _, c := range cfgs {
+		in, err := vrrp.New(c, metrics, log, nil)
+		if err != nil {
+			return err
+		}
+		instances = append(instances, in)
+	}
+	status := func() any {
+		out := make([]vrrp.Status, 0, len(instances))
+		for _, in := range instances {
+			out = append(out, in.Status())
+		}
+		return map[string]any{"vips": out}
+	}
+	ready := func() error {
+		for _, in := range instances {
+			if s := in.Status(); s.State == vrrp.StateInit.String() || s.State == vrrp.StateFault.String() {
+				return fmt.Errorf("%s is %s %s", s.Name, s.State, s.Fault)
+			}
+		}
+		return nil
+	}
+	adm, err := admin.New(admin.Options{Listen: listen, Registry: reg, Status: status, Ready: ready}, log)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(cfgs))
+	for _, c := range cfgs {
+		names = append(names, c.Name)
+	}
+	slices.Sort(names)
+	log.Info("starting", "component", "vip", "instances", names, "admin", adm.Addr().String())
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return adm.Run(ctx) })
+	for _, in := range instances {
+		eg.Go(func() error { return in.Run(ctx) })
+	}
+	return eg.Wait()
+}

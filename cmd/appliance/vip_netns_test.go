@@ -1,0 +1,152 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"appliance/internal/netlab"
+)
+
+// Namespace tests of `appliance vip`: real kernels, real raw sockets, the real
+// binary. Timeouts are loose (10x the expected figures); precise numbers come
+// from `make bench`.
+
+var labVIP = netip.MustParseAddr("192.168.126.5")
+
+// vipArgs are the flags of one lab node's VIP daemon.
+func vipArgs(lab *netlab.Lab, prio int, extra ...string) []string {
+	return append([]string{"vip", "--interface", "eth0", "--vip", prefixOf(lab, labVIP),
+		"--vrid", "51", "--priority", strconv.Itoa(prio), "--advert-interval", "100ms",
+		"--admin-listen", "127.0.0.1:9447"}, extra...)
+}
+
+// startCluster starts one VIP daemon per node with the given priorities.
+func startCluster(t *testing.T, lab *netlab.Lab, prios []int, extra ...string) map[string]*netlab.Process {
+	t.Helper()
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	for i, p := range prios {
+		n := lab.Nodes[i]
+		procs[n.Name] = startAppliance(t, n, vipArgs(lab, p, extra...)...)
+	}
+	return procs
+}
+
+func TestVIPElectsOneMasterAndFailsOver(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vipel"})
+	procs := startCluster(t, lab, []int{100, 90, 80})
+
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, time.Second)
+
+	// kill -9: no priority-0 advert; a backup must take over after Master_Down.
+	if err := procs["n0"].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitHolder(t, lab.Nodes[1:], labVIP, 1, 5*time.Second, 500*time.Millisecond)
+	t.Logf("kill -9 failover observed within %s (incl. settle)", time.Since(start).Round(time.Millisecond))
+
+	// The killed daemon left its VIP behind (nobody ran its cleanup); a
+	// restart must remove that stale copy and then preempt as the highest
+	// priority, leaving exactly one holder.
+	procs["n0-restart"] = startAppliance(t, lab.Nodes[0], vipArgs(lab, 100)...)
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, time.Second)
+}
+
+func TestVIPSigtermHandsOverAtOnce(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vipterm"})
+	procs := startCluster(t, lab, []int{100, 90, 80})
+	waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, time.Second)
+
+	if err := procs["n0"].Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	deadline := start.Add(3 * time.Second)
+	for !holds(t, lab.Nodes[1], labVIP) {
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 did not take over within 3s of SIGTERM to the master; holders %v", holders(t, lab.Nodes, labVIP))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(start)
+	t.Logf("planned handover took %s", took.Round(time.Millisecond))
+	// Master_Down at 100 ms is ~360 ms; a priority-0 advert must beat it.
+	if took > 2*time.Second {
+		t.Errorf("handover took %s; the priority-0 advert should make it a few intervals at most", took)
+	}
+	if err := procs["n0"].Wait(); err != nil {
+		t.Errorf("n0 should exit cleanly on SIGTERM: %v", err)
+	}
+	if holds(t, lab.Nodes[0], labVIP) {
+		t.Error("n0 still holds the VIP after exiting")
+	}
+	waitHolder(t, lab.Nodes, labVIP, 1, 5*time.Second, 500*time.Millisecond)
+}
+
+func TestVIPPartitionHeals(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vippart"})
+	startCluster(t, lab, []int{100, 90, 80})
+	waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, time.Second)
+
+	if err := lab.Nodes[0].LinkDown(); err != nil {
+		t.Fatal(err)
+	}
+	waitHolder(t, lab.Nodes[1:], labVIP, 1, 5*time.Second, 500*time.Millisecond)
+	if err := lab.Nodes[0].LinkUp(); err != nil {
+		t.Fatal(err)
+	}
+	// n0 comes back with the highest priority and preempts; what matters is
+	// that exactly one node holds the VIP once the partition has healed.
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 2*time.Second)
+}
+
+func TestVIPNoPreempt(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipnop"})
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	procs["n1"] = startAppliance(t, lab.Nodes[1], vipArgs(lab, 50, "--no-preempt")...)
+	waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, 500*time.Millisecond)
+	procs["n0"] = startAppliance(t, lab.Nodes[0], vipArgs(lab, 200, "--no-preempt")...)
+	waitHolder(t, lab.Nodes, labVIP, 1, 10*time.Second, 2*time.Second)
+}
+
+func TestVIPTrackFailureMovesVIP(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "viptrk"})
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	procs["http0"] = startHTTP(t, lab.Nodes[0], freePort)
+	procs["http1"] = startHTTP(t, lab.Nodes[1], freePort)
+	track := fmt.Sprintf("http://%s/healthz:-50", freePort)
+	procs["n0"] = startAppliance(t, lab.Nodes[0], vipArgs(lab, 100, "--track-http", track)...)
+	procs["n1"] = startAppliance(t, lab.Nodes[1], vipArgs(lab, 90, "--track-http", track)...)
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, time.Second)
+	if err := procs["http0"].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Fall 2 at 1 s: about 2 s to notice, then n0 advertises 50 and n1 (90) preempts.
+	waitHolder(t, lab.Nodes, labVIP, 1, 15*time.Second, time.Second)
+	// A weight-0 check puts a node in FAULT: it never claims the VIP, even alone.
+	procs["n1"].Signal(syscall.SIGTERM)
+	procs["n1"].Wait()
+	procs["n0"].Signal(syscall.SIGTERM)
+	procs["n0"].Wait()
+	procs["n0-fault"] = startAppliance(t, lab.Nodes[0], vipArgs(lab, 100,
+		"--track-http", fmt.Sprintf("http://%s/healthz:0", freePort), "--admin-listen", "127.0.0.1:9448")...)
+	time.Sleep(2 * time.Second)
+	if h := holders(t, lab.Nodes, labVIP); len(h) != 0 {
+		t.Errorf("a node whose weight-0 check fails must stay in FAULT; holders %v", h)
+	}
+	status, err := nodeHTTPGet(lab.Nodes[0], "127.0.0.1:9448", "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(status, `"state": "FAULT"`) || !strings.Contains(status, "weight 0") {
+		t.Errorf("/status should show FAULT and why:\n%s", status)
+	}
+}
