@@ -413,11 +413,9 @@ func (r *runner) applyTracks(now time.Time, log bool) {
 	}
 	r.updateStatus(func(s *Status) { s.Tracks = results })
 	r.trackFault = fault
+	r.apply(now, r.m.SetPriority(now, prio))
 	if r.m.State() != StateInit {
-		r.apply(now, r.m.SetPriority(now, prio))
 		r.updateFault(now)
-	} else {
-		r.metrics.priority.WithLabelValues(r.cfg.Name).Set(float64(prio))
 	}
 }
 
