@@ -5,9 +5,12 @@ VERSION    ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BIN        := bin/appliance
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # Debian packages the test tiers talk to: the real peers and tools.
-TEST_DEBS  := keepalived iproute2 nftables tcpdump tshark stress-ng iputils-ping iputils-arping procps psmisc
+TEST_DEBS  := keepalived iproute2 nftables tcpdump tshark stress-ng iputils-ping iputils-arping procps psmisc \
+              bind9-dnsutils knot-dnsutils dnsperf avahi-daemon avahi-utils isc-dhcp-client udhcpc \
+              kea-admin dnsmasq haproxy wrk iperf3 curl
 # command each package provides, to see whether it is installed without asking dpkg per package
-TEST_CMDS  := keepalived ip nft tcpdump tshark stress-ng ping arping ps killall
+TEST_CMDS  := keepalived ip nft tcpdump tshark stress-ng ping arping ps killall \
+              dig kdig dnsperf avahi-daemon avahi-browse dhclient udhcpc perfdhcp dnsmasq haproxy wrk iperf3 curl
 FUZZTIME   ?= 5s
 
 .PHONY: all build test test-deps unit netns fuzz lint run bench clean
@@ -55,7 +58,7 @@ run: build test-deps
 
 # Side-by-side benchmarks against the anchors; results go into BENCHMARKS.md.
 bench: build test-deps
-	$(GO) test -count=1 -tags bench -run '^TestBench' -v -timeout 80m ./cmd/appliance 2>&1 | tee bench.out
+	$(GO) test -count=1 -p 1 -tags bench -run '^TestBench' -v -timeout 80m ./... 2>&1 | tee bench.out
 
 clean:
 	rm -rf bin bench.out

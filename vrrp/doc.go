@@ -7,6 +7,12 @@
 // transport, VIP manager and tracking code feed them packets, time and
 // priorities and carry out the actions the machine returns.
 //
+// Accept mode: a master installs its VIPs as local addresses, so it always
+// accepts traffic addressed to them, as keepalived does without vrrp_strict.
+// RFC 5798's non-accept mode (a non-owner master dropping such traffic) would
+// need a firewall rule and is not implemented; Config.Accept only reaches the
+// state machine.
+//
 // The package knows nothing of clusters: callers hand it interfaces,
 // addresses, VRIDs and checks.
 package vrrp

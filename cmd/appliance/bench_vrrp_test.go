@@ -48,7 +48,7 @@ func keepalivedImpl(version int, interval string) vrrpImpl {
 
 func startApplianceQuiet(t testing.TB, n *netlab.Node, args ...string) *netlab.Process {
 	t.Helper()
-	full := append([]string{envRunMain + "=1", selfExe(t), "--log-format", "text", "--log-level", "warn"}, args...)
+	full := append([]string{envRunMain + "=1", selfExe(t), "--log-format", "text", "--log-level", "info"}, args...)
 	p, err := n.Start(context.Background(), "env", full...)
 	if err != nil {
 		t.Fatalf("start appliance on %s: %v", n.Name, err)
@@ -116,9 +116,7 @@ func measureFailover(t *testing.T, impl vrrpImpl) failoverResult {
 	defer ping.Close()
 	settle := func() {
 		t.Helper()
-		if got := waitOneHolder(t, lab.Nodes[:2], labVIP, 20*time.Second, 1500*time.Millisecond); got != 0 {
-			t.Fatalf("%s: master n0 should hold the VIP before a run, n%d does", impl.name, got)
-		}
+		waitHolder(t, lab.Nodes[:2], labVIP, 0, 30*time.Second, 1500*time.Millisecond)
 	}
 	for i := 0; i < runs(); i++ {
 		settle()
@@ -250,7 +248,7 @@ func TestBenchVRRPSoak(t *testing.T) {
 	for _, p := range pairs {
 		p.lab = netlab.NewT(t, netlab.Options{Nodes: 2, Name: "bsoak"})
 		p.procs = []*netlab.Process{p.impl.start(t, p.lab, p.lab.Nodes[0], 100), p.impl.start(t, p.lab, p.lab.Nodes[1], 90)}
-		waitOneHolder(t, p.lab.Nodes, labVIP, 20*time.Second, 2*time.Second)
+		waitHolder(t, p.lab.Nodes, labVIP, 0, 30*time.Second, 2*time.Second)
 	}
 	d := soakDuration()
 	ctx, cancel := context.WithTimeout(context.Background(), d)

@@ -164,13 +164,13 @@ func runLab(ctx context.Context, out io.Writer, f *labFlags, g *globalFlags) err
 		watch time.Duration
 	}{
 		{"election", func() error { return nil }, 3 * time.Second},
-		{"kill -9 the master n0 (no goodbye: backups wait for Master_Down)", func() error { return procs[0].Kill() }, 3 * time.Second},
+		{"kill -9 n0's daemon (no goodbye: n1 takes over after Master_Down; n0's kernel keeps a stale copy of the VIP)", func() error { return procs[0].Kill() }, 3 * time.Second},
 		{"restart n0: it clears its stale VIP and preempts", func() error { return start(0) }, 3 * time.Second},
 		{"SIGTERM the master n0 (planned: priority-0 advert, immediate handover)", func() error {
 			return procs[0].Signal(syscall.SIGTERM)
 		}, 3 * time.Second},
 		{"restart n0", func() error { return start(0) }, 3 * time.Second},
-		{"cut n0's link (partition)", nodes[0].LinkDown, 3 * time.Second},
+		{"cut n0's link, as if the node died (the client's outage is the real failover time)", nodes[0].LinkDown, 3 * time.Second},
 		{"restore n0's link", nodes[0].LinkUp, 3 * time.Second},
 	}
 	for _, s := range steps {

@@ -26,8 +26,16 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: text, json, or auto (text on a terminal, JSON otherwise)")
 	root.AddCommand(newVIPCmd(g), newConfigCmd(), newVersionCmd(), newLabCmd(g))
+	for _, sub := range serviceCmds {
+		root.AddCommand(sub(g))
+	}
 	return root
 }
+
+// serviceCmds are the standalone service subcommands (dns, lb, dhcp, ...);
+// each registers itself from its own file's init so adding one touches
+// only that file.
+var serviceCmds []func(*globalFlags) *cobra.Command
 
 // logger builds the process logger from the global flags.
 func (g *globalFlags) logger() (*slog.Logger, error) {
