@@ -173,13 +173,26 @@ type received struct {
 	meta rxMeta
 }
 
+// vipOwner and announcer are what the runner needs of VIPManager and
+// Announcer; tests substitute failing or recording fakes.
+type vipOwner interface {
+	Add(netip.Prefix) error
+	Remove(netip.Prefix) error
+	RemoveStale([]netip.Prefix) ([]netip.Prefix, error)
+}
+
+type announcer interface {
+	Announce([]netip.Addr) error
+	Close() error
+}
+
 // runner holds what Run opens; it lives only for one Run call.
 type runner struct {
 	*Instance
 	m        *Machine
 	conn     conn
-	vipMgr   *VIPManager
-	announce *Announcer
+	vipMgr   vipOwner
+	announce announcer
 	tracks   *TrackSet
 	ifi      *net.Interface
 	src, dst netip.Addr
@@ -224,17 +237,21 @@ func (i *Instance) open(ctx context.Context) (*runner, error) {
 		group = MulticastGroupV6
 	}
 	r.dst = group
-	if r.vipMgr, err = NewVIPManager(nil, cfg.Interface, cfg.Label); err != nil {
+	vm, err := NewVIPManager(nil, cfg.Interface, cfg.Label)
+	if err != nil {
 		return nil, err
 	}
+	r.vipMgr = vm
 	if removed, err := r.vipMgr.RemoveStale(cfg.VIPs); err != nil {
 		i.log.Warn("removing stale VIPs failed", "err", err)
 	} else if len(removed) > 0 {
 		i.log.Info("removed stale VIPs left by an earlier run", "vips", removed)
 	}
-	if r.announce, err = NewAnnouncer(cfg.Interface); err != nil {
+	an, err := NewAnnouncer(cfg.Interface)
+	if err != nil {
 		return nil, err
 	}
+	r.announce = an
 	if r.tracks, err = NewTrackSet(cfg.Tracks); err != nil {
 		r.announce.Close()
 		return nil, fmt.Errorf("vrrp: instance %s: %w", cfg.Name, err)
@@ -271,10 +288,14 @@ func (r *runner) filter() *rxFilter {
 }
 
 func (r *runner) loop(ctx context.Context) error {
+	// The receiver outlives ctx: the handover on shutdown listens for the
+	// new master's first advert.
+	rxCtx, rxCancel := context.WithCancel(context.Background())
+	defer rxCancel()
+	rx := make(chan received, 16)
+	go r.receive(rxCtx, r.filter(), rx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	rx := make(chan received, 16)
-	go r.receive(ctx, r.filter(), rx)
 	trackCh := make(chan struct{}, 1)
 	go func() {
 		if err := r.tracks.Run(ctx, func() {
@@ -299,7 +320,7 @@ func (r *runner) loop(ctx context.Context) error {
 		r.resetTimer(timer)
 		select {
 		case <-ctx.Done():
-			r.shutdown()
+			r.shutdown(rx)
 			return nil
 		case in := <-rx:
 			r.handle(time.Now(), in)
@@ -314,16 +335,53 @@ func (r *runner) loop(ctx context.Context) error {
 }
 
 // shutdown leaves MASTER with a priority-0 advert so a backup takes over at
-// once, then removes the VIPs whatever the state.
-func (r *runner) shutdown() {
+// once, then removes the VIPs whatever the state. A master keeps answering
+// for its VIPs until the new master's first advert arrives (or
+// handoverWait passes): the new master installs the VIPs before it
+// advertises, so clients never find the address unowned. keepalived drops
+// the VIPs with the priority-0 advert, leaving a gap of the backup's skew
+// time.
+func (r *runner) shutdown(rx <-chan received) {
 	now := time.Now()
-	r.apply(now, r.m.Stop(now))
+	wasMaster := r.m.State() == StateMaster
+	actions := r.m.Stop(now)
+	if wasMaster {
+		actions = slices.DeleteFunc(actions, func(a Action) bool { _, ok := a.(ActReleaseVIPs); return ok })
+	}
+	r.apply(now, actions)
+	if wasMaster {
+		r.awaitSuccessor(rx, time.After(r.handoverWait()))
+	}
 	for _, v := range r.cfg.VIPs {
 		if err := r.vipMgr.Remove(v); err != nil {
 			r.log.Error("removing VIP on exit failed", "vip", v, "err", err)
 		}
 	}
 	r.log.Info("stopped")
+}
+
+// handoverWait bounds how long a leaving master holds its VIPs: a backup
+// takes over within its skew time (less than one interval) of the
+// priority-0 advert, so two intervals leave room for scheduling delays.
+func (r *runner) handoverWait() time.Duration {
+	return 2*r.cfg.Interval + 50*time.Millisecond
+}
+
+// awaitSuccessor returns when another router advertises a non-zero priority
+// on our VRID, or when timeout fires.
+func (r *runner) awaitSuccessor(rx <-chan received, timeout <-chan time.Time) {
+	for {
+		select {
+		case in := <-rx:
+			if in.v.Reason == "" && in.v.Packet.Priority > 0 {
+				r.log.Info("handed over", "master", in.meta.Src)
+				return
+			}
+		case <-timeout:
+			r.log.Info("no successor advertised; releasing the VIPs")
+			return
+		}
+	}
 }
 
 func (r *runner) resetTimer(t *time.Timer) {
@@ -447,8 +505,22 @@ func (r *runner) updateFault(now time.Time) {
 	r.apply(now, r.m.SetFault(now, fault))
 }
 
+// becomeMasterOrder puts VIP installation before the first advert: peers
+// (and a leaving master waiting for its successor) act on the advert, so
+// the address must already be ours when it goes out.
+func becomeMasterOrder(actions []Action) []Action {
+	take := slices.IndexFunc(actions, func(a Action) bool { _, ok := a.(ActTakeVIPs); return ok })
+	send := slices.IndexFunc(actions, func(a Action) bool { _, ok := a.(ActSendAdvert); return ok })
+	if take < 0 || send < 0 || take < send {
+		return actions
+	}
+	out := slices.Clone(actions)
+	out[send], out[take] = out[take], out[send]
+	return out
+}
+
 func (r *runner) apply(now time.Time, actions []Action) {
-	for _, a := range actions {
+	for _, a := range becomeMasterOrder(actions) {
 		switch a := a.(type) {
 		case ActSendAdvert:
 			r.sendAdvert(a.Priority)

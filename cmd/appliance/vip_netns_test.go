@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -68,11 +69,22 @@ func TestVIPSigtermHandsOverAtOnce(t *testing.T) {
 	}
 	start := time.Now()
 	deadline := start.Add(3 * time.Second)
-	for !holds(t, lab.Nodes[1], labVIP) {
-		if time.Now().After(deadline) {
-			t.Fatalf("n1 did not take over within 3s of SIGTERM to the master; holders %v", holders(t, lab.Nodes, labVIP))
+	// The leaving master holds the VIP until its successor advertises, and
+	// the successor installs the VIP before advertising: at no moment may
+	// nobody hold it. (Nodes are checked in order n0, n1, so a release by n0
+	// between the two checks is still seen with n1 already holding.)
+	for {
+		h := holders(t, lab.Nodes[:2], labVIP)
+		if len(h) == 0 {
+			t.Fatalf("nobody held the VIP %s after SIGTERM: a planned handover must not leave a gap", time.Since(start))
 		}
-		time.Sleep(2 * time.Millisecond)
+		if slices.Equal(h, []int{1}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 did not take over within 3s of SIGTERM to the master; holders %v", h)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	took := time.Since(start)
 	t.Logf("planned handover took %s", took.Round(time.Millisecond))
@@ -149,4 +161,100 @@ func TestVIPTrackFailureMovesVIP(t *testing.T) {
 	if !strings.Contains(status, `"state": "FAULT"`) || !strings.Contains(status, "weight 0") {
 		t.Errorf("/status should show FAULT and why:\n%s", status)
 	}
+}
+
+func TestVIPIPv6(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vip6", IPv6: netip.MustParsePrefix("fd00:126::/64")})
+	vip6 := netip.MustParseAddr("fd00:126::5")
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	for i, prio := range []int{100, 90} {
+		procs[lab.Nodes[i].Name] = startAppliance(t, lab.Nodes[i], "vip", "--interface", "eth0",
+			"--vip", "fd00:126::5/64", "--vrid", "51", "--priority", strconv.Itoa(prio), "--advert-interval", "100ms")
+	}
+	waitHolder(t, lab.Nodes, vip6, 0, 15*time.Second, time.Second)
+	// A client keeps reaching the VIP across a link cut of the master
+	// (unsolicited NA moves the neighbour entry).
+	if err := lab.Nodes[0].LinkDown(); err != nil {
+		t.Fatal(err)
+	}
+	waitHolder(t, lab.Nodes[1:], vip6, 1, 5*time.Second, 500*time.Millisecond)
+	client, err := lab.AddNode(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := client.Run(t.Context(), "ping", "-6", "-c", "1", "-W", "2", vip6.String()); err != nil {
+		t.Fatalf("client cannot reach the IPv6 VIP on its new holder: %v\n%s", err, out)
+	}
+}
+
+func TestVIPUnicast(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vipuc"})
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	// n0 and n1 peer by unicast; n2 speaks on the same VRID but is nobody's
+	// configured peer: its adverts must be dropped as unknown_peer.
+	peerArgs := func(i int) []string {
+		var args []string
+		for j := 0; j < 2; j++ {
+			if j != i {
+				args = append(args, "--unicast-peer", lab.Nodes[j].IPv4.Addr().String())
+			}
+		}
+		return args
+	}
+	procs["n0"] = startAppliance(t, lab.Nodes[0], vipArgs(lab, 100, peerArgs(0)...)...)
+	procs["n1"] = startAppliance(t, lab.Nodes[1], vipArgs(lab, 90, peerArgs(1)...)...)
+	waitHolder(t, lab.Nodes[:2], labVIP, 0, 10*time.Second, time.Second)
+	procs["n2-intruder"] = startAppliance(t, lab.Nodes[2], vipArgs(lab, 200, "--unicast-peer", lab.Nodes[0].IPv4.Addr().String())...)
+	time.Sleep(time.Second)
+	metrics, err := nodeHTTPGet(lab.Nodes[0], "127.0.0.1:9447", "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(metrics, `appliance_vrrp_drops_total{instance="vrid-51",reason="unknown_peer"}`) {
+		t.Errorf("n0 should count the intruder's adverts as unknown_peer drops:\n%s", grepLines(metrics, "drops"))
+	}
+	// n0 keeps the VIP: the higher-priority intruder is not a peer.
+	if h := holders(t, lab.Nodes[:2], labVIP); len(h) != 1 || h[0] != 0 {
+		t.Errorf("holders among the peers %v, want [0]", h)
+	}
+	// Failover over unicast.
+	procs["n0"].Signal(syscall.SIGTERM)
+	waitHolder(t, lab.Nodes[:2], labVIP, 1, 5*time.Second, 500*time.Millisecond)
+}
+
+func TestVIPCollisionIsReported(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipcol"})
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	procs["n0"] = startAppliance(t, lab.Nodes[0], vipArgs(lab, 100)...)
+	// Another "cluster" uses VRID 51 for another VIP on the same segment.
+	procs["n1"] = startAppliance(t, lab.Nodes[1], "vip", "--interface", "eth0", "--vip", "192.168.126.77/24",
+		"--vrid", "51", "--priority", "150", "--advert-interval", "100ms")
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, time.Second)
+	status, err := nodeHTTPGet(lab.Nodes[0], "127.0.0.1:9447", "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(status, "VRID 51 collision") || !strings.Contains(status, "192.168.126.11") {
+		t.Errorf("/status should report the VRID collision and the peer:\n%s", status)
+	}
+	if !strings.Contains(procs["n0"].Output(), "VRID collision") {
+		t.Error("the collision should be logged")
+	}
+	// Each keeps its own VIP: a foreign router's adverts do not demote us.
+	if !holds(t, lab.Nodes[1], netip.MustParseAddr("192.168.126.77")) {
+		t.Error("n1 should hold its own VIP")
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

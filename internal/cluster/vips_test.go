@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+const dualStack = `
+cluster: {name: ocp4, baseDomain: example.com}
+network:
+  machineCIDRs: [192.168.126.0/24, "fd00:126::/64"]
+  apiVIPs: [192.168.126.5, "fd00:126::5"]
+  ingressVIPs: [192.168.126.6]
+nodes:
+  - {name: bootstrap, role: bootstrap, ips: [192.168.126.9]}
+  - {name: master-0, role: master, ips: [192.168.126.10, "fd00:126::10"]}
+  - {name: worker-0, role: worker, ips: [192.168.126.20]}
+vrrp:
+  unicastPeers: [192.168.126.9, 192.168.126.10, "fd00:126::10", 192.168.126.20]
+`
+
+func mustParseVIPs(t *testing.T, doc string) *Config {
+	t.Helper()
+	cfg, err := Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestVIPInstances(t *testing.T) {
+	cfg := mustParseVIPs(t, dualStack)
+	api, ingress := DeriveVRIDs("ocp4")
+	names := func(ins []VIPInstance) string {
+		var s []string
+		for _, in := range ins {
+			s = append(s, in.Name+"="+in.VIP.String())
+		}
+		return strings.Join(s, " ")
+	}
+	cases := []struct {
+		node string
+		want string
+	}{
+		{"bootstrap", "api-v4=192.168.126.5/24 api-v6=fd00:126::5/64"},
+		{"master-0", "api-v4=192.168.126.5/24 api-v6=fd00:126::5/64 ingress-v4=192.168.126.6/24"},
+		{"worker-0", "ingress-v4=192.168.126.6/24"},
+	}
+	for _, c := range cases {
+		self, _ := cfg.NodeByName(c.node)
+		ins := cfg.VIPInstances(self)
+		if got := names(ins); got != c.want {
+			t.Errorf("%s: instances %q, want %q", c.node, got, c.want)
+		}
+		for _, in := range ins {
+			wantVRID := api
+			if in.Kind == VIPIngress {
+				wantVRID = ingress
+			}
+			if in.VRID != wantVRID || in.Version != 3 || in.Interval != DefaultAdvertInterval || !in.Preempt {
+				t.Errorf("%s %s: %+v", c.node, in.Name, in)
+			}
+			if in.Priority != DefaultPriority(self.Role, in.Kind) {
+				t.Errorf("%s %s: priority %d", c.node, in.Name, in.Priority)
+			}
+			for _, p := range in.UnicastPeers {
+				if p.Is4() != in.VIP.Addr().Is4() {
+					t.Errorf("%s %s: peer %s of the other family", c.node, in.Name, p)
+				}
+				for _, own := range self.IPs {
+					if p == own {
+						t.Errorf("%s %s: its own address %s is listed as a peer", c.node, in.Name, p)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestVIPInstancesCompatMode(t *testing.T) {
+	cfg := mustParseVIPs(t, `
+cluster: {name: ocp4, baseDomain: example.com}
+network: {machineCIDR: 192.168.126.0/24, apiVIPs: [192.168.126.5], ingressVIPs: [192.168.126.6]}
+nodes: [{name: master-0, role: master, ips: [192.168.126.10]}]
+vrrp: {mode: keepalived-openshift}
+`)
+	self, _ := cfg.NodeByName("master-0")
+	ins := cfg.VIPInstances(self)
+	if len(ins) != 2 {
+		t.Fatalf("want api and ingress, got %+v", ins)
+	}
+	want := map[string]string{"api-v4": "ocp4_api", "ingress-v4": "ocp4_ing"}
+	for _, in := range ins {
+		if in.Version != 2 || in.Interval != CompatAdvertInterval || in.AuthPass != want[in.Name] {
+			t.Errorf("%s: version %d interval %s pass %q; want v2, 1s, %q", in.Name, in.Version, in.Interval, in.AuthPass, want[in.Name])
+		}
+	}
+}
+
+func local(name string, addrs ...string) LocalInterface {
+	li := LocalInterface{Name: name, Up: true}
+	for _, a := range addrs {
+		li.Addrs = append(li.Addrs, netip.MustParsePrefix(a))
+	}
+	return li
+}
+
+func TestFindSelf(t *testing.T) {
+	cfg := mustParseVIPs(t, dualStack)
+	lo := local("lo", "127.0.0.1/8")
+	cases := []struct {
+		name, flag, host string
+		local            []LocalInterface
+		want, err        string
+	}{
+		{"by flag", "worker-0", "whatever", nil, "worker-0", ""},
+		{"unknown flag names the known nodes", "master-9", "", nil, "", "bootstrap, master-0, worker-0"},
+		{"by local address", "", "host", []LocalInterface{lo, local("eth0", "192.168.126.10/24")}, "master-0", ""},
+		{"a VIP alone does not identify", "", "worker-0.example.com", []LocalInterface{local("eth0", "192.168.126.5/24")}, "worker-0", ""},
+		{"by hostname", "", "bootstrap.ocp4.example.com", []LocalInterface{lo}, "bootstrap", ""},
+		{"nothing matches", "", "laptop", []LocalInterface{lo}, "", "pass --node NAME"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			n, err := cfg.FindSelf(c.flag, c.local, c.host)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err %v, want it to mention %q", err, c.err)
+				}
+				return
+			}
+			if err != nil || n.Name != c.want {
+				t.Fatalf("got %q, %v; want %q", n.Name, err, c.want)
+			}
+		})
+	}
+}
+
+func TestPickInterface(t *testing.T) {
+	cfg := mustParseVIPs(t, dualStack)
+	cases := []struct {
+		name  string
+		local []LocalInterface
+		want  string
+		err   string
+	}{
+		{"one match", []LocalInterface{local("lo", "127.0.0.1/8"), local("ens3", "192.168.126.10/24")}, "ens3", ""},
+		{"v6 only", []LocalInterface{local("ens4", "fd00:126::10/64")}, "ens4", ""},
+		{"a stale VIP does not pick", []LocalInterface{local("eth1", "192.168.126.5/24"), local("eth0", "192.168.126.10/24")}, "eth0", ""},
+		{"none", []LocalInterface{local("eth0", "10.0.0.2/24")}, "", "set network.interface"},
+		{"ambiguous", []LocalInterface{local("eth0", "192.168.126.10/24"), local("eth1", "192.168.126.11/24")}, "", "eth0, eth1"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := cfg.PickInterface(c.local)
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("err %v, want it to mention %q", err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("got %q, %v; want %q", got, err, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,244 @@
+package vrrp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// The runner is driven here with fake sockets and a fake VIP owner, with
+// explicit time, so its reactions to failures are tested without root.
+
+type fakeConn struct {
+	mu   sync.Mutex
+	sent []Packet
+}
+
+func (c *fakeConn) read([]byte) ([]byte, rxMeta, error) { select {} }
+func (c *fakeConn) write(b []byte, src, dst netip.Addr) error {
+	p, err := Parse(b, src, dst)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.sent = append(c.sent, p)
+	c.mu.Unlock()
+	return nil
+}
+func (c *fakeConn) Close() error { return nil }
+
+type fakeVIPs struct {
+	fail  error
+	held  map[netip.Prefix]bool
+	calls []string
+}
+
+func (f *fakeVIPs) Add(p netip.Prefix) error {
+	f.calls = append(f.calls, "add "+p.String())
+	if f.fail != nil {
+		return f.fail
+	}
+	f.held[p] = true
+	return nil
+}
+func (f *fakeVIPs) Remove(p netip.Prefix) error {
+	f.calls = append(f.calls, "remove "+p.String())
+	delete(f.held, p)
+	return nil
+}
+func (f *fakeVIPs) RemoveStale([]netip.Prefix) ([]netip.Prefix, error) { return nil, nil }
+
+type fakeAnnouncer struct{ rounds int }
+
+func (a *fakeAnnouncer) Announce([]netip.Addr) error { a.rounds++; return nil }
+func (a *fakeAnnouncer) Close() error                { return nil }
+
+var testVIP = netip.MustParsePrefix("192.168.126.5/24")
+
+func newTestRunner(t *testing.T, vips *fakeVIPs) (*runner, *fakeConn, *fakeAnnouncer) {
+	t.Helper()
+	in, err := New(Config{Name: "api-v4", Interface: "eth0", VRID: 51, Version: 3, Priority: 100,
+		Interval: 100 * time.Millisecond, Preempt: true, VIPs: []netip.Prefix{testVIP}},
+		NewMetrics(nil), slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := NewTrackSet(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, an := &fakeConn{}, &fakeAnnouncer{}
+	self := netip.MustParseAddr("192.168.126.10")
+	r := &runner{Instance: in, conn: c, vipMgr: vips, announce: an, tracks: ts,
+		ifi: &net.Interface{Index: 2, Name: "eth0"}, src: self, dst: MulticastGroupV4}
+	r.m = NewMachine(MachineConfig{Version: 3, Priority: 100, Interval: 100 * time.Millisecond, Preempt: true, Self: self})
+	return r, c, an
+}
+
+// becomeMaster starts the runner and lets Master_Down expire with no peer.
+func becomeMaster(r *runner, t0 time.Time) time.Time {
+	r.apply(t0, r.m.Start(t0))
+	now := r.m.Deadline()
+	r.tick(now)
+	return now
+}
+
+func TestRunnerGoesToFaultWhenVIPCannotBeInstalled(t *testing.T) {
+	vips := &fakeVIPs{fail: errors.New("operation not permitted"), held: map[netip.Prefix]bool{}}
+	r, conn, _ := newTestRunner(t, vips)
+	now := becomeMaster(r, time.Unix(1000, 0))
+
+	if st := r.Status(); st.State != "FAULT" || !strings.Contains(st.Fault, "could not install") {
+		t.Fatalf("after a failed VIP install: state %s fault %q, want FAULT naming the cause", st.State, st.Fault)
+	}
+	// The master it briefly was must have said goodbye with priority 0.
+	last := conn.sent[len(conn.sent)-1]
+	if last.Priority != 0 {
+		t.Errorf("last advert priority %d, want 0 on leaving MASTER", last.Priority)
+	}
+	if got := testutil.ToFloat64(r.metrics.vipErrors.WithLabelValues("api-v4")); got != 1 {
+		t.Errorf("vip errors metric = %v, want 1", got)
+	}
+	// While the cause persists, each retry fails again.
+	r.tick(now.Add(r.cfg.FaultRetry))
+	r.tick(r.m.Deadline())
+	if st := r.Status(); st.State != "FAULT" {
+		t.Fatalf("retry with the cause still present: state %s, want FAULT", st.State)
+	}
+	// Once installing works, the retry brings it back and it takes over.
+	vips.fail = nil
+	retry := r.faultRetry
+	r.tick(retry)
+	if st := r.Status(); st.State != "BACKUP" {
+		t.Fatalf("after the fault retry: state %s, want BACKUP", st.State)
+	}
+	r.tick(r.m.Deadline())
+	if st := r.Status(); st.State != "MASTER" || !vips.held[testVIP] {
+		t.Fatalf("state %s, VIP held %v; want MASTER holding the VIP", st.State, vips.held[testVIP])
+	}
+}
+
+func TestRunnerReportsVRIDCollision(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, _, _ := newTestRunner(t, vips)
+	now := becomeMaster(r, time.Unix(1000, 0))
+	peer := netip.MustParseAddr("192.168.126.99")
+	other := Packet{Version: 3, VRID: 51, Priority: 200, Interval: 100 * time.Millisecond,
+		Addrs: []netip.Addr{netip.MustParseAddr("192.168.126.77")}}
+	b, _ := other.Marshal(peer, MulticastGroupV4)
+	v := r.filter().check(rxMeta{Src: peer, Dst: MulticastGroupV4, TTL: 255, IfIndex: 2}, b)
+	r.handle(now, received{v: v, meta: rxMeta{Src: peer}})
+
+	st := r.Status()
+	if !strings.Contains(st.Collision, "VRID 51") || !strings.Contains(st.Collision, "192.168.126.99") {
+		t.Errorf("status collision %q should name the VRID and the peer", st.Collision)
+	}
+	if st.State != "MASTER" {
+		t.Errorf("a colliding advert (other VIPs) must not move our VIP; state %s", st.State)
+	}
+	if got := testutil.ToFloat64(r.metrics.collisions.WithLabelValues("api-v4")); got != 1 {
+		t.Errorf("collision metric = %v, want 1", got)
+	}
+	// The report clears once the other router has been silent long enough.
+	r.tick(now.Add(5 * time.Second))
+	if st := r.Status(); st.Collision != "" {
+		t.Errorf("collision should clear after silence, still %q", st.Collision)
+	}
+}
+
+func TestRunnerShutdownAsMaster(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, conn, an := newTestRunner(t, vips)
+	becomeMaster(r, time.Unix(1000, 0))
+	if an.rounds == 0 {
+		t.Error("becoming master sent no gratuitous ARP")
+	}
+	rx := make(chan received, 1)
+	r.shutdown(rx) // nobody takes over: it waits handoverWait, then releases
+	last := conn.sent[len(conn.sent)-1]
+	if last.Priority != 0 {
+		t.Errorf("shutdown advert priority %d, want 0", last.Priority)
+	}
+	if vips.held[testVIP] {
+		t.Error("VIP still held after shutdown")
+	}
+}
+
+func TestRunnerAnnounceSchedule(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, _, an := newTestRunner(t, vips)
+	now := becomeMaster(r, time.Unix(1000, 0))
+	for _, d := range []time.Duration{500 * time.Millisecond, 2 * time.Second, 62 * time.Second} {
+		r.tick(now.Add(d))
+	}
+	if an.rounds != 4 {
+		t.Errorf("announce rounds = %d, want 4 (at once, +0.5 s, +2 s, then the 60 s refresh)", an.rounds)
+	}
+}
+
+func TestBecomeMasterInstallsVIPsBeforeAdvertising(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, conn, _ := newTestRunner(t, vips)
+	order := func() string {
+		return strings.Join(vips.calls, ",") + fmt.Sprintf(" adverts=%d", len(conn.sent))
+	}
+	r.apply(time.Unix(1000, 0), r.m.Start(time.Unix(1000, 0)))
+	sentBefore := len(conn.sent)
+	// Wrap Add to record how many adverts had gone out when it ran.
+	var advertsAtAdd int
+	rec := &recordingVIPs{fakeVIPs: vips, onAdd: func() { advertsAtAdd = len(conn.sent) }}
+	r.vipMgr = rec
+	r.tick(r.m.Deadline())
+	if r.m.State() != StateMaster {
+		t.Fatalf("state %s", r.m.State())
+	}
+	if advertsAtAdd != sentBefore {
+		t.Errorf("the VIP was installed after %d advert(s) of the new master; want it before the first (%s)",
+			advertsAtAdd-sentBefore, order())
+	}
+}
+
+type recordingVIPs struct {
+	*fakeVIPs
+	onAdd func()
+}
+
+func (r *recordingVIPs) Add(p netip.Prefix) error { r.onAdd(); return r.fakeVIPs.Add(p) }
+
+func TestShutdownHoldsVIPsUntilSuccessorAdvertises(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, _, _ := newTestRunner(t, vips)
+	becomeMaster(r, time.Unix(1000, 0))
+	rx := make(chan received, 1)
+	timeout := make(chan time.Time)
+	done := make(chan struct{})
+	go func() {
+		r.m.Stop(time.Unix(1001, 0))
+		r.awaitSuccessor(rx, timeout)
+		close(done)
+	}()
+	// An advert that failed the checks does not count as a successor.
+	rx <- received{v: verdict{Reason: ReasonAuth, Packet: Packet{Priority: 90}}}
+	select {
+	case <-done:
+		t.Fatal("a dropped advert ended the handover wait")
+	case <-time.After(50 * time.Millisecond):
+	}
+	rx <- received{v: verdict{Packet: Packet{Priority: 90}}, meta: rxMeta{Src: netip.MustParseAddr("192.168.126.11")}}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the successor's advert did not end the handover wait")
+	}
+	if !vips.held[testVIP] {
+		t.Error("the VIP must still be held while waiting for the successor")
+	}
+}
