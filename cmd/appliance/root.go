@@ -25,7 +25,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: text, json, or auto (text on a terminal, JSON otherwise)")
-	root.AddCommand(newVIPCmd(g), newConfigCmd(), newVersionCmd(), newLabCmd(g))
+	root.AddCommand(newVIPCmd(g), newConfigCmd(), newStatusCmd(), newVersionCmd(), newLabCmd(g))
 	for _, sub := range serviceCmds {
 		root.AddCommand(sub(g))
 	}

@@ -240,6 +240,15 @@ func TestVIPCollisionIsReported(t *testing.T) {
 	if !strings.Contains(status, "VRID 51 collision") || !strings.Contains(status, "192.168.126.11") {
 		t.Errorf("/status should report the VRID collision and the peer:\n%s", status)
 	}
+	// `appliance status` renders the same for a person.
+	out, err := lab.Nodes[0].Run(t.Context(), "env", envRunMain+"=1", selfExe(t), "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("appliance status:\n%s", out)
+	if !strings.Contains(out, "MASTER") || !strings.Contains(out, "collision") {
+		t.Errorf("appliance status should show MASTER and the collision:\n%s", out)
+	}
 	if !strings.Contains(procs["n0"].Output(), "VRID collision") {
 		t.Error("the collision should be logged")
 	}
