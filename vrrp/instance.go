@@ -171,6 +171,7 @@ func (i *Instance) updateStatus(f func(*Status)) {
 type received struct {
 	v    verdict
 	meta rxMeta
+	at   time.Time // when it was read off the socket
 }
 
 // vipOwner and announcer are what the runner needs of VIPManager and
@@ -323,12 +324,13 @@ func (r *runner) loop(ctx context.Context) error {
 			r.shutdown(rx)
 			return nil
 		case in := <-rx:
-			r.handle(time.Now(), in)
+			r.handle(in.at, in)
 		case <-trackCh:
 			r.applyTracks(time.Now(), true)
 		case up := <-linkCh:
 			r.setLink(time.Now(), up)
 		case <-timer.C:
+			r.catchUp(rx)
 			r.tick(time.Now())
 		}
 	}
@@ -414,8 +416,33 @@ func (r *runner) receive(ctx context.Context, f *rxFilter, out chan<- received) 
 			continue
 		}
 		select {
-		case out <- received{v: v, meta: meta}:
+		case out <- received{v: v, meta: meta, at: time.Now()}:
 		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// catchUp handles the adverts that arrived before a timer fired. A process
+// starved of CPU wakes with its timer expired and the master's adverts still
+// queued in the socket or the channel; declaring the master down before
+// reading them is a false takeover. The wait is bounded so a flood of other
+// traffic cannot stall the timers.
+func (r *runner) catchUp(rx <-chan received) {
+	for i := 0; i < 20 && r.conn.pending(); i++ {
+		r.drain(rx)
+		time.Sleep(time.Millisecond)
+	}
+	r.drain(rx)
+}
+
+// drain handles every advert already queued, without waiting.
+func (r *runner) drain(rx <-chan received) {
+	for {
+		select {
+		case in := <-rx:
+			r.handle(in.at, in)
+		default:
 			return
 		}
 	}

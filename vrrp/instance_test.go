@@ -33,7 +33,8 @@ func (c *fakeConn) write(b []byte, src, dst netip.Addr) error {
 	c.mu.Unlock()
 	return nil
 }
-func (c *fakeConn) Close() error { return nil }
+func (c *fakeConn) Close() error  { return nil }
+func (c *fakeConn) pending() bool { return false }
 
 type fakeVIPs struct {
 	fail  error
@@ -240,5 +241,30 @@ func TestShutdownHoldsVIPsUntilSuccessorAdvertises(t *testing.T) {
 	}
 	if !vips.held[testVIP] {
 		t.Error("the VIP must still be held while waiting for the successor")
+	}
+}
+
+// A backup starved of CPU wakes with its Master_Down timer and the master's
+// queued adverts ready at once; the adverts that arrived in time must win.
+func TestQueuedAdvertsBeatAnExpiredTimer(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, _, _ := newTestRunner(t, vips)
+	t0 := time.Unix(1000, 0)
+	r.apply(t0, r.m.Start(t0))
+	deadline := r.m.Deadline()
+	master := netip.MustParseAddr("192.168.126.11")
+	late := deadline.Add(2 * time.Second) // the process ran again only now
+	rx := make(chan received, 4)
+	for range 3 {
+		rx <- received{
+			v:    verdict{Packet: Packet{Version: 3, VRID: 51, Priority: 200, Interval: 100 * time.Millisecond, Addrs: []netip.Addr{testVIP.Addr()}}},
+			meta: rxMeta{Src: master},
+			at:   late, // read off the socket once the process ran again
+		}
+	}
+	r.catchUp(rx)
+	r.tick(late)
+	if st := r.Status(); st.State != "BACKUP" {
+		t.Fatalf("state %s after a starved wake-up with the master's adverts queued; want BACKUP", st.State)
 	}
 }

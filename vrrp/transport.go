@@ -122,7 +122,26 @@ type conn interface {
 	// read blocks for the next packet; the returned payload aliases buf.
 	read(buf []byte) (payload []byte, meta rxMeta, err error)
 	write(payload []byte, src, dst netip.Addr) error
+	// pending reports whether the kernel holds received packets not yet read.
+	pending() bool
 	Close() error
+}
+
+// socketPending asks the kernel whether pc has unread data (FIONREAD).
+func socketPending(pc net.PacketConn) bool {
+	sc, ok := pc.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = raw.Control(func(fd uintptr) {
+		n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+	})
+	return n > 0
 }
 
 // bindToDevice returns a socket Control function that binds to ifname before
@@ -153,7 +172,7 @@ func openConn(ctx context.Context, ifi *net.Interface, group netip.Addr, multica
 			pc.Close()
 			return nil, fmt.Errorf("vrrp: IPv4 raw socket on %s: %w", ifi.Name, err)
 		}
-		c := &conn4{rc: rc, ifi: ifi}
+		c := &conn4{rc: rc, pc: pc, ifi: ifi}
 		if err := c.setup(group, multicast); err != nil {
 			rc.Close()
 			return nil, err
@@ -164,7 +183,7 @@ func openConn(ctx context.Context, ifi *net.Interface, group netip.Addr, multica
 	if err != nil {
 		return nil, fmt.Errorf("vrrp: open IPv6 raw socket on %s: %w", ifi.Name, err)
 	}
-	c := &conn6{pc: ipv6.NewPacketConn(pc), ifi: ifi}
+	c := &conn6{pc: ipv6.NewPacketConn(pc), raw: pc, ifi: ifi}
 	if err := c.setup(group, multicast); err != nil {
 		pc.Close()
 		return nil, err
@@ -174,8 +193,11 @@ func openConn(ctx context.Context, ifi *net.Interface, group netip.Addr, multica
 
 type conn4 struct {
 	rc  *ipv4.RawConn
+	pc  net.PacketConn
 	ifi *net.Interface
 }
+
+func (c *conn4) pending() bool { return socketPending(c.pc) }
 
 func (c *conn4) setup(group netip.Addr, multicast bool) error {
 	if err := c.rc.SetControlMessage(ipv4.FlagInterface, true); err != nil {
@@ -233,8 +255,11 @@ func (c *conn4) Close() error { return c.rc.Close() }
 
 type conn6 struct {
 	pc  *ipv6.PacketConn
+	raw net.PacketConn
 	ifi *net.Interface
 }
+
+func (c *conn6) pending() bool { return socketPending(c.raw) }
 
 func (c *conn6) setup(group netip.Addr, multicast bool) error {
 	if err := c.pc.SetControlMessage(ipv6.FlagHopLimit|ipv6.FlagDst|ipv6.FlagInterface, true); err != nil {
