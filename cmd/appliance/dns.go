@@ -1,0 +1,103 @@
+package main
+
+import (
+	"fmt"
+	stdlog "log"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"appliance/dnsserver"
+	"appliance/internal/admin"
+	"appliance/internal/cluster"
+)
+
+func init() { serviceCmds = append(serviceCmds, newDNSCmd) }
+
+type dnsFlags struct {
+	config      string
+	listen      string
+	adminListen string
+	resolvConf  string
+	queryLog    bool
+	mdns        bool
+}
+
+func newDNSCmd(g *globalFlags) *cobra.Command {
+	f := &dnsFlags{}
+	cmd := &cobra.Command{
+		Use:   "dns",
+		Short: "Serve the cluster's DNS: api, api-int, *.apps, node names; forward the rest",
+		Long: `Serve the cluster's DNS from its config:
+
+  appliance dns --config appliance.yaml [--listen 127.0.0.1:53]
+
+api and api-int answer with the API VIPs, *.apps with the ingress VIPs, node
+names (short and under the cluster domain) with the node addresses, with PTR
+records for all of them. Every other name goes to network.upstreamDNS, or to
+the nameservers of NetworkManager's resolv.conf (else /etc/resolv.conf) minus
+this node's own addresses, re-read when it changes.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if f.config == "" {
+				return fmt.Errorf("dns: --config is required")
+			}
+			cfg, err := cluster.Load(f.config)
+			if err != nil {
+				return err
+			}
+			// The embedded server logs through the standard logger.
+			stdlog.SetFlags(0)
+			stdlog.SetOutput(slog.NewLogLogger(log.Handler(), slog.LevelInfo).Writer())
+
+			state := cluster.NewState(cfg)
+			srv, err := dnsserver.New(cfg, state, dnsserver.Options{
+				Listen: f.listen, ResolvConf: f.resolvConf, QueryLog: f.queryLog,
+				MDNS: dnsserver.MDNSOptions{Enabled: f.mdns},
+			}, log)
+			if err != nil {
+				return err
+			}
+			// CoreDNS's own metrics (requests, cache, forward) live in the
+			// default registry, which already holds the Go and process collectors.
+			reg, ok := prometheus.DefaultRegisterer.(*prometheus.Registry)
+			if !ok {
+				reg = prometheus.NewRegistry()
+			}
+			for _, c := range srv.Collectors() {
+				if err := reg.Register(c); err != nil {
+					return fmt.Errorf("dns: metrics: %w", err)
+				}
+			}
+			listen := f.adminListen
+			if !cmd.Flags().Changed("admin-listen") && cfg.Admin.Listen != "" {
+				listen = cfg.Admin.Listen
+			}
+			adm, err := admin.New(admin.Options{
+				Listen: listen, Registry: reg, Ready: srv.Ready,
+				Status: func() any { return map[string]any{"dns": srv.Status(), "members": state.Snapshot().Members} },
+			}, log)
+			if err != nil {
+				return err
+			}
+			eg, ctx := errgroup.WithContext(cmd.Context())
+			eg.Go(func() error { return adm.Run(ctx) })
+			eg.Go(func() error { return srv.Run(ctx) })
+			return eg.Wait()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
+	fl.StringVar(&f.listen, "listen", dnsserver.DefaultListen, "DNS listen address, host:port (UDP and TCP)")
+	fl.StringVar(&f.adminListen, "admin-listen", cluster.DefaultAdminListen, "admin HTTP listener (/metrics, /status, /healthz, /readyz); default admin.listen from the config")
+	fl.StringVar(&f.resolvConf, "resolv-conf", "", "resolv.conf to take upstreams from (default NetworkManager's when present, else /etc/resolv.conf)")
+	fl.BoolVar(&f.queryLog, "query-log", false, "log every query")
+	fl.BoolVar(&f.mdns, "mdns", false, "publish this node and discover the others with multicast DNS")
+	return cmd
+}

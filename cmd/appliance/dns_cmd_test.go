@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// dnsTestFreeAddr finds a loopback port free for both UDP and TCP.
+func dnsTestFreeAddr(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := net.ListenPacket("udp", ln.Addr().String())
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return ln.Addr().String()
+		}
+	}
+	t.Fatal("no free port")
+	return ""
+}
+
+func writeDNSConfig(t *testing.T, upstream string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "appliance.yaml")
+	y := "cluster: {name: ocp4, baseDomain: example.com}\nnetwork:\n  machineCIDR: 192.168.126.0/24\n  apiVIPs: [192.168.126.5]\n  ingressVIPs: [192.168.126.6]\n"
+	if upstream != "" {
+		y += "  upstreamDNS: [\"" + upstream + "\"]\n"
+	}
+	y += "nodes:\n  - {name: master-0, role: master, ips: [192.168.126.10]}\n"
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestDNSCommand runs `appliance dns` on loopback: it answers cluster names,
+// serves its metrics and readiness on the admin port, and stops on SIGTERM.
+func TestDNSCommand(t *testing.T) {
+	listen, adminListen := dnsTestFreeAddr(t), dnsTestFreeAddr(t)
+	cfg := writeDNSConfig(t, "192.0.2.1")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, selfExe(t), "dns", "--config", cfg, "--listen", listen, "--admin-listen", adminListen, "--log-format", "text")
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill() }()
+
+	c := &dns.Client{Timeout: 500 * time.Millisecond}
+	m := new(dns.Msg)
+	m.SetQuestion("x.apps.ocp4.example.com.", dns.TypeA)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, _, err := c.Exchange(m, listen)
+		if err == nil {
+			if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "192.168.126.6" {
+				t.Fatalf("answer: %v", r)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no answer: %v\n%s", err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for path, want := range map[string]string{
+		"/metrics": `appliance_dns_cluster_queries_total{result="answer"} 1`,
+		"/readyz":  "",
+		"/status":  `"upstreams"`,
+	} {
+		resp, err := http.Get("http://" + adminListen + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Fatalf("GET %s: %d, want %q in\n%s", path, resp.StatusCode, want, body)
+		}
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
+	}
+}
+
+func TestDNSCommandNoUpstream(t *testing.T) {
+	resolv := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(selfExe(t), "dns", "--config", writeDNSConfig(t, ""), "--listen", dnsTestFreeAddr(t), "--admin-listen", dnsTestFreeAddr(t), "--resolv-conf", resolv)
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	out, err := cmd.CombinedOutput()
+	want := "dns: no upstream resolver left after removing this node's own addresses from " + resolv + " (nameserver 127.0.0.1); set network.upstreamDNS"
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("err %v, output:\n%s\nwant %s", err, out, want)
+	}
+}

@@ -1,0 +1,11 @@
+// Package dnsserver owns the cluster's DNS service: an embedded CoreDNS with
+// an explicit, short list of directives (never the full plugin set), the
+// "cluster" plugin that answers api, api-int, *.apps, node names and their
+// PTR records from the live cluster.State, upstream forwarding to the node's
+// resolvers (resolv.conf minus the node's own addresses), and mDNS publishing
+// and browsing that feeds discovered members into State.
+//
+// The Corefile is generated in-process (see Corefile) and never written to
+// disk. A change of upstreams swaps the forwarder behind the running server
+// instead of restarting it, so no query (UDP or TCP) is lost.
+package dnsserver

@@ -1,0 +1,117 @@
+package dnsserver
+
+import (
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Query types counted on their own; everything else is "other".
+var metricQtypes = []uint16{dns.TypeA, dns.TypeAAAA, dns.TypePTR, dns.TypeSRV, dns.TypeSOA, dns.TypeNS, dns.TypeTXT, dns.TypeANY}
+
+// Response codes counted on their own; everything else is "other".
+var metricRcodes = []int{dns.RcodeSuccess, dns.RcodeNameError, dns.RcodeServerFailure, dns.RcodeRefused, dns.RcodeFormatError}
+
+// metrics are one Server's own collectors. CoreDNS's stock plugins (cache,
+// forward) register theirs in the Prometheus default registry instead.
+type metrics struct {
+	// Request metrics with their label values resolved up front: a label
+	// lookup per query costs as much as answering it.
+	requestsVec  *prometheus.CounterVec
+	requests     [2][]prometheus.Counter // [tcp][qtype index]
+	responsesVec *prometheus.CounterVec
+	responses    []prometheus.Counter // [rcode index]
+	duration     prometheus.Histogram
+
+	answers   *prometheus.CounterVec
+	answerBy  map[string]prometheus.Counter // answers resolved by result
+	upstreams prometheus.Gauge
+	changes   prometheus.Counter
+	members   prometheus.Gauge
+	mdnsSent  prometheus.Counter
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		requestsVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dns_requests_total",
+			Help: "DNS requests received, by transport and query type.",
+		}, []string{"proto", "type"}),
+		responsesVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dns_responses_total",
+			Help: "DNS responses sent, by response code.",
+		}, []string{"rcode"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "appliance_dns_request_duration_seconds",
+			Help:    "Time to answer a request, including forwarding.",
+			Buckets: prometheus.ExponentialBuckets(0.00003125, 4, 10), // 31µs .. 8s
+		}),
+		answers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dns_cluster_queries_total",
+			Help: "Questions seen by the cluster plugin, by outcome: answer, nodata, nxdomain, fallthrough (to the upstreams), mdns_answer, mdns_nxdomain (.local names).",
+		}, []string{"result"}),
+		upstreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appliance_dns_upstreams",
+			Help: "Upstream resolvers currently forwarded to.",
+		}),
+		changes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_upstream_changes_total",
+			Help: "Changes of the upstream resolvers applied.",
+		}),
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appliance_dns_mdns_members",
+			Help: "Members currently known through mDNS.",
+		}),
+		mdnsSent: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_mdns_announcements_total",
+			Help: "mDNS announcements and responses sent.",
+		}),
+	}
+	for i, proto := range []string{"udp", "tcp"} {
+		for _, t := range metricQtypes {
+			m.requests[i] = append(m.requests[i], m.requestsVec.WithLabelValues(proto, dns.TypeToString[t]))
+		}
+		m.requests[i] = append(m.requests[i], m.requestsVec.WithLabelValues(proto, "other"))
+	}
+	for _, rc := range metricRcodes {
+		m.responses = append(m.responses, m.responsesVec.WithLabelValues(dns.RcodeToString[rc]))
+	}
+	m.responses = append(m.responses, m.responsesVec.WithLabelValues("other"))
+	m.answerBy = map[string]prometheus.Counter{}
+	for _, r := range []string{resultAnswer, resultNoData, resultNXDomain, resultFallthrough, "mdns_" + resultAnswer, "mdns_" + resultNXDomain} {
+		m.answerBy[r] = m.answers.WithLabelValues(r)
+	}
+	return m
+}
+
+func (m *metrics) request(tcp bool, qtype uint16) prometheus.Counter {
+	i := 0
+	if tcp {
+		i = 1
+	}
+	for j, t := range metricQtypes {
+		if t == qtype {
+			return m.requests[i][j]
+		}
+	}
+	return m.requests[i][len(metricQtypes)]
+}
+
+func (m *metrics) response(rcode int) prometheus.Counter {
+	for j, rc := range metricRcodes {
+		if rc == rcode {
+			return m.responses[j]
+		}
+	}
+	return m.responses[len(metricRcodes)]
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.members, m.mdnsSent}
+}
+
+// answer counts one cluster plugin outcome.
+func (m *metrics) answer(result string) {
+	if c, ok := m.answerBy[result]; ok {
+		c.Inc()
+	}
+}

@@ -1,0 +1,357 @@
+package dnsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/plugin/forward"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"appliance/internal/cluster"
+)
+
+// Defaults for Options.
+const (
+	DefaultListen     = ":53"
+	DefaultTTL        = 30 // seconds, for cluster records
+	DefaultCacheTTL   = 30 // seconds, cap for cached upstream answers
+	DefaultResolvPoll = 5 * time.Second
+)
+
+// Options are the DNS service's settings beyond the cluster model.
+type Options struct {
+	// Listen is host:port for UDP and TCP; default DefaultListen.
+	Listen string
+	// TTL of cluster records in seconds; default DefaultTTL.
+	TTL uint32
+	// CacheTTL caps cached upstream answers in seconds; default
+	// DefaultCacheTTL, negative disables the cache.
+	CacheTTL int
+	// QueryLog logs every query.
+	QueryLog bool
+	// ResolvConf is read for upstreams when the config gives none; default
+	// NetworkManager's resolv.conf when present, else /etc/resolv.conf.
+	ResolvConf string
+	// ResolvPoll is how often ResolvConf and the local addresses are checked
+	// for a change of upstreams; default DefaultResolvPoll.
+	ResolvPoll time.Duration
+	// LocalAddrs lists the node's own addresses, which are never upstreams;
+	// default: every address of every interface. Run calls it from its own
+	// goroutine, so the default reads the process's (root) namespace; tests
+	// in lab namespaces set network.upstreamDNS instead.
+	LocalAddrs func() ([]netip.Addr, error)
+	// MDNS configures multicast DNS discovery; off unless Enabled.
+	MDNS MDNSOptions
+}
+
+func (o *Options) defaults() {
+	if o.Listen == "" {
+		o.Listen = DefaultListen
+	}
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.CacheTTL == 0 {
+		o.CacheTTL = DefaultCacheTTL
+	}
+	if o.CacheTTL < 0 {
+		o.CacheTTL = 0
+	}
+	if o.ResolvPoll <= 0 {
+		o.ResolvPoll = DefaultResolvPoll
+	}
+	if o.LocalAddrs == nil {
+		o.LocalAddrs = localAddrs
+	}
+	if o.ResolvConf == "" {
+		o.ResolvConf = defaultResolvConf()
+	}
+}
+
+// Server is the cluster DNS service: an embedded CoreDNS instance with the
+// cluster plugin, forwarding everything else to the upstreams.
+type Server struct {
+	cfg     *cluster.Config
+	state   *cluster.State
+	opts    Options
+	log     *slog.Logger
+	zone    zoneData
+	metrics *metrics
+	id      uint64
+
+	// fwd is the forwarder the upstream directive uses; swapped, never
+	// restarted, when the upstreams change.
+	fwd atomic.Pointer[forward.Forward]
+
+	mdns *MDNS // nil unless enabled
+
+	mu        sync.Mutex
+	started   bool
+	inst      *caddy.Instance
+	upstreams []netip.AddrPort
+	udp, tcp  net.Addr
+}
+
+// New checks the configuration and prepares a server; Run starts it.
+func New(cfg *cluster.Config, state *cluster.State, opts Options, log *slog.Logger) (*Server, error) {
+	if cfg == nil || state == nil {
+		return nil, errors.New("dns: a cluster config and state are required")
+	}
+	if cfg.Cluster.Name == "" || cfg.Cluster.BaseDomain == "" {
+		return nil, errors.New("dns: cluster.name and cluster.baseDomain are required for the cluster zone")
+	}
+	if err := setupOnce(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	if _, err := Corefile(CorefileParams{Listen: opts.Listen, Zone: cfg.Cluster.Domain()}); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, state: state, opts: opts, log: log.With("component", "dns"),
+		zone: newZoneData(cfg, opts.TTL), metrics: newMetrics(),
+	}
+	if opts.MDNS.Enabled {
+		d, err := NewMDNS(cfg, state, opts.MDNS, log)
+		if err != nil {
+			return nil, err
+		}
+		d.m = s.metrics
+		s.mdns = d
+	}
+	return s, nil
+}
+
+// Collectors are the server's own Prometheus collectors. CoreDNS's request,
+// cache and forward metrics live in prometheus.DefaultRegisterer.
+func (s *Server) Collectors() []prometheus.Collector { return s.metrics.collectors() }
+
+// Addr returns the UDP and TCP addresses served, nil before Run has started
+// the listeners.
+func (s *Server) Addr() (udp, tcp net.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.udp, s.tcp
+}
+
+// Upstreams returns the resolvers currently forwarded to.
+func (s *Server) Upstreams() []netip.AddrPort {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.upstreams)
+}
+
+// Ready reports nil once the server answers queries.
+func (s *Server) Ready() error {
+	if udp, _ := s.Addr(); udp == nil {
+		return errors.New("dns: not serving yet")
+	}
+	return nil
+}
+
+// Start opens the listeners (and the mDNS sockets) in the caller's network
+// namespace and begins serving. Run calls it when it has not been called.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if started {
+		return errors.New("dns: already started")
+	}
+	ups, err := s.currentUpstreams()
+	if err != nil {
+		return err
+	}
+	if s.mdns != nil {
+		if err := s.mdns.Open(); err != nil {
+			return err
+		}
+	}
+	s.id = registerInstance(s)
+	if err := s.start(ups); err != nil {
+		unregisterInstance(s.id)
+		return err
+	}
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Run serves until ctx ends, re-reading the upstreams every ResolvPoll and
+// switching to them when they change; then it closes its listeners.
+func (s *Server) Run(ctx context.Context) error {
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if !started {
+		if err := s.Start(); err != nil {
+			return err
+		}
+	}
+	defer unregisterInstance(s.id)
+	defer s.stop()
+
+	var mdnsErr chan error
+	if s.mdns != nil {
+		mdnsErr = make(chan error, 1)
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { mdnsErr <- s.mdns.Run(mctx) }()
+	}
+
+	t := time.NewTicker(s.opts.ResolvPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if mdnsErr != nil {
+				<-mdnsErr
+			}
+			return nil
+		case err := <-mdnsErr:
+			return err
+		case <-t.C:
+			ups, err := s.currentUpstreams()
+			if err != nil {
+				s.log.Error("keeping the current upstreams", "err", err)
+				continue
+			}
+			if !slices.Equal(ups, s.Upstreams()) {
+				if err := s.SetUpstreams(ups); err != nil {
+					s.log.Error("upstream change not applied", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// currentUpstreams is the configured upstreams, or resolv.conf minus the
+// node's own addresses.
+func (s *Server) currentUpstreams() ([]netip.AddrPort, error) {
+	if len(s.cfg.Network.UpstreamDNS) > 0 {
+		return s.cfg.Network.UpstreamDNS, nil
+	}
+	data, err := os.ReadFile(s.opts.ResolvConf)
+	if err != nil {
+		return nil, fmt.Errorf("dns: read upstreams: %w; set network.upstreamDNS", err)
+	}
+	own, err := s.opts.LocalAddrs()
+	if err != nil {
+		return nil, err
+	}
+	return selectUpstreams(parseResolvConf(data), own, s.opts.ResolvConf)
+}
+
+func (s *Server) corefile() (caddy.Input, error) {
+	text, err := Corefile(CorefileParams{
+		Listen: s.opts.Listen, Zone: s.cfg.Cluster.Domain(), Instance: s.id,
+		CacheTTL: s.opts.CacheTTL, BufSize: 1232, QueryLog: s.opts.QueryLog,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return caddy.CaddyfileInput{Filepath: "appliance-generated", Contents: []byte(text), ServerTypeName: "dns"}, nil
+}
+
+func (s *Server) start(ups []netip.AddrPort) error {
+	in, err := s.corefile()
+	if err != nil {
+		return err
+	}
+	s.swapUpstreams(ups)
+	inst, err := caddy.Start(in)
+	if err != nil {
+		return fmt.Errorf("dns: start on %s: %w", s.opts.Listen, err)
+	}
+	s.mu.Lock()
+	s.inst = inst
+	for _, sl := range inst.Servers() {
+		if a := sl.LocalAddr(); a != nil {
+			s.udp = a
+		}
+		if a := sl.Addr(); a != nil {
+			s.tcp = a
+		}
+	}
+	s.mu.Unlock()
+	s.log.Info("serving", "listen", s.opts.Listen, "zone", s.zone.zone, "upstreams", ups)
+	return nil
+}
+
+// forwarderGrace is how long a replaced forwarder keeps its health checks and
+// connections for the queries still in flight through it.
+const forwarderGrace = 10 * time.Second
+
+// SetUpstreams switches forwarding to ups at once. The running server is not
+// restarted: the next query uses the new forwarder, queries in flight finish
+// on the old one, and the cache is kept.
+func (s *Server) SetUpstreams(ups []netip.AddrPort) error {
+	if len(ups) == 0 {
+		return errors.New("dns: no upstream resolver given")
+	}
+	for _, u := range ups {
+		if !u.IsValid() || u.Addr().Zone() != "" {
+			return fmt.Errorf("dns: upstream %v cannot be forwarded to", u)
+		}
+	}
+	s.swapUpstreams(ups)
+	s.metrics.changes.Inc()
+	s.log.Info("upstreams changed", "upstreams", ups)
+	return nil
+}
+
+func (s *Server) swapUpstreams(ups []netip.AddrPort) {
+	s.mu.Lock()
+	s.upstreams = slices.Clone(ups)
+	s.mu.Unlock()
+	s.metrics.upstreams.Set(float64(len(ups)))
+	if old := s.fwd.Swap(newForwarder(ups)); old != nil {
+		time.AfterFunc(forwarderGrace, func() { _ = old.OnShutdown() })
+	}
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	inst := s.inst
+	s.inst, s.udp, s.tcp = nil, nil, nil
+	s.mu.Unlock()
+	if inst == nil {
+		return
+	}
+	err := errors.Join(append(inst.ShutdownCallbacks(), inst.Stop())...)
+	if f := s.fwd.Swap(nil); f != nil {
+		_ = f.OnShutdown()
+	}
+	if err != nil {
+		s.log.Warn("stop", "err", err)
+	}
+}
+
+// Status is the DNS service's part of the admin /status document.
+type Status struct {
+	Listen    string           `json:"listen"`
+	Zone      string           `json:"zone"`
+	Upstreams []netip.AddrPort `json:"upstreams"`
+	Serving   bool             `json:"serving"`
+}
+
+// Status reports what the server does right now.
+func (s *Server) Status() Status {
+	udp, _ := s.Addr()
+	listen := s.opts.Listen
+	if udp != nil {
+		listen = udp.String()
+	}
+	return Status{Listen: listen, Zone: s.zone.zone, Upstreams: s.Upstreams(), Serving: udp != nil}
+}
