@@ -1,0 +1,93 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"appliance/internal/admin"
+	"appliance/internal/cluster"
+	"appliance/lb"
+)
+
+func init() { serviceCmds = append(serviceCmds, newLBCmd) }
+
+type lbFlags struct {
+	config      string
+	adminListen string
+	apiListen   string
+	mcsListen   string
+	balance     string
+	noRedirect  bool
+	noMCS       bool
+}
+
+func newLBCmd(g *globalFlags) *cobra.Command {
+	f := &lbFlags{}
+	d := lb.DefaultOptions()
+	cmd := &cobra.Command{
+		Use:   "lb",
+		Short: "Load-balance the API (6443) and Machine Config Server (22623) across the control plane",
+		Long: `Run the L4 load balancer for the cluster in --config:
+
+  appliance lb --config appliance.yaml
+
+Control-plane nodes are the backends (the bootstrap node only while no master is
+healthy), checked with HTTPS GET /readyz (API) and /healthz (MCS). While a pool
+has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if f.config == "" {
+				return errors.New("lb: give --config appliance.yaml")
+			}
+			cfg, err := cluster.Load(f.config)
+			if err != nil {
+				return err
+			}
+			opts := lb.DefaultOptions()
+			opts.API.Listen, opts.MCS.Listen = f.apiListen, f.mcsListen
+			opts.MCS.Disabled = f.noMCS
+			opts.Balance = f.balance
+			opts.Redirect = !f.noRedirect
+			listen := cfg.Admin.Listen
+			if cmd.Flags().Changed("admin-listen") {
+				listen = f.adminListen
+			}
+
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			balancer, err := lb.New(cfg, cluster.NewState(cfg), opts, lb.NewMetrics(reg), log)
+			if err != nil {
+				return err
+			}
+			adm, err := admin.New(admin.Options{
+				Listen: listen, Registry: reg,
+				Status: func() any { return map[string]any{"lb": balancer.Status()} },
+				Ready:  func() error { return balancer.Ready(cmd.Context()) },
+			}, log)
+			if err != nil {
+				return err
+			}
+			eg, ctx := errgroup.WithContext(cmd.Context())
+			eg.Go(func() error { return adm.Run(ctx) })
+			eg.Go(func() error { return balancer.Run(ctx) })
+			return eg.Wait()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
+	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9447", "admin HTTP listener (/metrics, /status, /healthz, /readyz); default from the config")
+	fl.StringVar(&f.apiListen, "api-listen", d.API.Listen, "API proxy listener (VIP:6443 is redirected here)")
+	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")
+	fl.StringVar(&f.balance, "balance", d.Balance, "balancing: roundrobin or leastconn")
+	fl.BoolVar(&f.noRedirect, "no-redirect", false, "do not install the nftables VIP redirect")
+	fl.BoolVar(&f.noMCS, "no-mcs", false, "do not balance the Machine Config Server")
+	return cmd
+}

@@ -1,0 +1,412 @@
+//go:build bench
+
+package lb
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"appliance/internal/cluster"
+)
+
+// TestBenchLB compares, in one run on loopback: direct, through the
+// appliance's proxy and through haproxy 2.6 configured like OpenShift's
+// on-prem LB (mode tcp, balance roundrobin, httpchk GET /readyz with
+// check-ssl verify none, inter 1s fall 2 rise 3, its timeouts).
+//
+//	go test -tags bench -run '^TestBenchLB$' -v ./lb/
+func TestBenchLB(t *testing.T) {
+	for _, tool := range []string{"haproxy", "iperf3", "wrk"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	dir := t.TempDir()
+	var rows [][]string
+	add := func(cols ...string) { rows = append(rows, cols) }
+
+	// --- data path: iperf3 throughput and CPU --------------------------
+	iperfAddr := "127.0.0.21:" + strconv.Itoa(freePort(t, "127.0.0.21"))
+	host, port, _ := net.SplitHostPort(iperfAddr)
+	srv := exec.Command("iperf3", "-s", "-B", host, "-p", port)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	time.Sleep(300 * time.Millisecond)
+
+	// The appliance's proxy runs in its own process, like haproxy, so its
+	// CPU is measured alone and it does not share a scheduler with the
+	// test's backends.
+	apl := startHelper(t, "proxy", iperfAddr)
+	hap := startHAProxy(t, dir, "iperf", []string{iperfAddr}, false)
+
+	direct := iperf(t, iperfAddr, 0)
+	viaApl := iperf(t, apl.addr, apl.pid)
+	viaHap := iperf(t, hap.addr, hap.pid)
+
+	// --- data path: wrk, short-lived connections ----------------------
+	webs := startHelper(t, "backends", "127.0.0.31,127.0.0.32,127.0.0.33")
+	webAddrs := strings.Split(webs.addr, ",")
+	aplWeb := startHelper(t, "proxy", webs.addr)
+	hapWeb := startHAProxy(t, dir, "web", webAddrs, false)
+	wDirect := runWrk(t, webAddrs[0], 0)
+	wApl := runWrk(t, aplWeb.addr, aplWeb.pid)
+	wHap := runWrk(t, hapWeb.addr, hapWeb.pid)
+
+	// --- control: time to removal, rolling restart --------------------
+	fc := newFakeCluster(t, 3)
+	fc.boot.kill()
+	fc.state.RemoveMember("bootstrap", cluster.SourceConfig)
+	o := DefaultOptions()
+	o.API.Listen, o.API.BackendPort = "127.0.0.1:0", fc.port
+	o.MCS.Disabled, o.Redirect = true, false
+	l := startLB(t, fc.cfg, fc.state, o, 3)
+	var backends []string
+	for _, m := range fc.masters {
+		backends = append(backends, m.addr)
+	}
+	hapAPI := startHAProxy(t, dir, "api", backends, true)
+	waitFor(t, 10*time.Second, func() bool { return hapAPI.upCount(t) == 3 })
+
+	remApl := timeToRemoval(t, fc, fc.masters[0], l.Addr(PoolAPI).String())
+	waitFor(t, 15*time.Second, func() bool { return l.Pool(PoolAPI).Healthy() == 3 && hapAPI.upCount(t) == 3 })
+	remHap := timeToRemoval(t, fc, fc.masters[1], hapAPI.addr)
+	waitFor(t, 15*time.Second, func() bool { return l.Pool(PoolAPI).Healthy() == 3 && hapAPI.upCount(t) == 3 })
+
+	rollApl := rollingRestart(t, fc, l.Addr(PoolAPI).String(), func() bool { return l.Pool(PoolAPI).Healthy() == 3 })
+	rollHap := rollingRestart(t, fc, hapAPI.addr, func() bool { return hapAPI.upCount(t) == 3 })
+
+	ratio := func(a, h float64) string { return fmt.Sprintf("%.2f", a/h) }
+	add("iperf3 throughput (Gbit/s)", f2(direct.gbps), f2(viaApl.gbps), f2(viaHap.gbps), ratio(viaApl.gbps, viaHap.gbps)+" (higher better)")
+	add("proxy CPU per Gbit/s (cores)", "-", f3(viaApl.cpuPerGbps), f3(viaHap.cpuPerGbps), ratio(viaApl.cpuPerGbps, viaHap.cpuPerGbps)+" (lower better)")
+	add("wrk req/s, Connection: close", f0(wDirect.rps), f0(wApl.rps), f0(wHap.rps), ratio(wApl.rps, wHap.rps)+" (higher better)")
+	add("proxy CPU per 1000 connections (core-ms)", "-", f0(wApl.cpuMsPerK), f0(wHap.cpuMsPerK), ratio(wApl.cpuMsPerK, wHap.cpuMsPerK)+" (lower better)")
+	add("p50 latency (ms)", f2(wDirect.p50), f2(wApl.p50), f2(wHap.p50), "")
+	add("p50 added latency (ms)", "-", f2(wApl.p50-wDirect.p50), f2(wHap.p50-wDirect.p50), ratio(wApl.p50-wDirect.p50, wHap.p50-wDirect.p50)+" (lower better)")
+	add("p99 latency (ms)", f2(wDirect.p99), f2(wApl.p99), f2(wHap.p99), "")
+	add("p99 added latency (ms)", "-", f2(wApl.p99-wDirect.p99), f2(wHap.p99-wDirect.p99), ratio(wApl.p99-wDirect.p99, wHap.p99-wDirect.p99)+" (lower better)")
+	add("time to removal, /readyz 500 (s)", "-", f2(remApl.Seconds()), f2(remHap.Seconds()), ratio(remApl.Seconds(), remHap.Seconds())+" (lower better)")
+	add("failed requests, rolling restart of 3", "-", fmt.Sprintf("%d/%d", rollApl.failed, rollApl.total), fmt.Sprintf("%d/%d", rollHap.failed, rollHap.total), "goal 0")
+
+	var b strings.Builder
+	b.WriteString("\n| measure | direct | appliance | haproxy 2.6 (OpenShift cfg) | appliance/haproxy |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		b.WriteString("| " + strings.Join(r, " | ") + " |\n")
+	}
+	t.Log(b.String())
+}
+
+func f0(v float64) string { return fmt.Sprintf("%.0f", v) }
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
+func f3(v float64) string { return fmt.Sprintf("%.3f", v) }
+
+func freePort(t *testing.T, host string) int {
+	ln, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+type haproxyProc struct {
+	addr, stats string
+	pid         int
+}
+
+// startHAProxy runs haproxy with OpenShift's on-prem LB settings. With
+// checks, servers are probed like OpenShift's: GET /readyz over TLS
+// without verification, inter 1s fall 2 rise 3.
+func startHAProxy(t *testing.T, dir, name string, backends []string, checks bool) *haproxyProc {
+	t.Helper()
+	port := freePort(t, "127.0.0.1")
+	stats := filepath.Join(dir, name+".sock")
+	var srv strings.Builder
+	for i, b := range backends {
+		fmt.Fprintf(&srv, "  server b%d %s weight 1", i, b)
+		if checks {
+			srv.WriteString(" verify none check check-ssl inter 1s fall 2 rise 3")
+		}
+		srv.WriteString("\n")
+	}
+	// OpenShift sets maxconn 20000; this machine's hard fd limit (20000)
+	// cannot hold 2 fds per connection for that many, so both use 9000.
+	cfg := fmt.Sprintf(`global
+  maxconn 9000
+  stats socket %s mode 600 level admin
+defaults
+  maxconn 9000
+  mode    tcp
+  option  dontlognull
+  retries 3
+  timeout http-request 30s
+  timeout queue        1m
+  timeout connect      10s
+  timeout client       86400s
+  timeout server       86400s
+  timeout tunnel       86400s
+frontend main
+  bind 127.0.0.1:%d
+  default_backend masters
+backend masters
+  option  httpchk GET /readyz HTTP/1.0
+  balance roundrobin
+%s`, stats, port, srv.String())
+	path := filepath.Join(dir, name+".cfg")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("haproxy", "-db", "-f", path)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	waitFor(t, 5*time.Second, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return &haproxyProc{addr: addr, stats: stats, pid: cmd.Process.Pid}
+}
+
+// upCount asks haproxy's stats socket how many servers are UP.
+func (h *haproxyProc) upCount(t *testing.T) int {
+	c, err := net.Dial("unix", h.stats)
+	if err != nil {
+		return -1
+	}
+	defer c.Close()
+	_, _ = io.WriteString(c, "show stat\n")
+	n := 0
+	sc := bufio.NewScanner(c)
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ",")
+		if len(f) > 17 && f[0] == "masters" && f[1] != "BACKEND" && f[17] == "UP" {
+			n++
+		}
+	}
+	return n
+}
+
+type iperfResult struct{ gbps, cpuPerGbps float64 }
+
+func cpuTicks(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	u, _ := strconv.ParseFloat(f[11], 64)
+	k, _ := strconv.ParseFloat(f[12], 64)
+	return (u + k) / 100 // USER_HZ
+}
+
+func iperf(t *testing.T, addr string, pid int) iperfResult {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	const secs = 5
+	c0 := cpuTicks(pid)
+	start := time.Now()
+	out, err := exec.Command("iperf3", "-c", host, "-p", port, "-t", strconv.Itoa(secs), "-J").Output()
+	if err != nil {
+		t.Fatalf("iperf3 via %s: %v", addr, err)
+	}
+	el := time.Since(start).Seconds()
+	cpu := cpuTicks(pid) - c0
+	var r struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatal(err)
+	}
+	g := r.End.SumReceived.BitsPerSecond / 1e9
+	res := iperfResult{gbps: g}
+	if pid != 0 && g > 0 {
+		res.cpuPerGbps = cpu / el / g
+	}
+	return res
+}
+
+type helperProc struct {
+	addr string // the proxy's address, or the backends' addresses joined by ","
+	pid  int
+}
+
+// startHelper re-runs this test binary as a separate process: "proxy"
+// splices to the comma-separated backends, "backends" serves plain HTTP on
+// one shared port of each comma-separated loopback host. It prints its
+// address on its first line of output.
+func startHelper(t *testing.T, role, addrs string) *helperProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestBenchHelper$")
+	cmd.Env = append(os.Environ(), "LB_BENCH_ROLE="+role, "LB_BENCH_ADDRS="+addrs)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+			go func() { _, _ = io.Copy(io.Discard, out) }()
+			return &helperProc{addr: a, pid: cmd.Process.Pid}
+		}
+	}
+	t.Fatalf("helper %s did not start", role)
+	return nil
+}
+
+// TestBenchHelper is the body of startHelper's processes; it does nothing
+// in a normal run.
+func TestBenchHelper(t *testing.T) {
+	role, addrs := os.Getenv("LB_BENCH_ROLE"), os.Getenv("LB_BENCH_ADDRS")
+	switch role {
+	case "proxy":
+		x, _ := rawProxy(t, strings.Split(addrs, ","), ProxyOptions{MaxConns: 9000})
+		fmt.Println("ADDR " + x.ln.Addr().String())
+	case "backends":
+		var out []string
+		port := 0
+		for _, host := range strings.Split(addrs, ",") {
+			ln, err := net.Listen("tcp", fmt.Sprintf("%s:%d", host, port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			port = ln.Addr().(*net.TCPAddr).Port
+			s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				_, _ = io.WriteString(w, "ok\n")
+			}), ErrorLog: slogDiscard()}
+			go func() { _ = s.Serve(ln) }()
+			out = append(out, ln.Addr().String())
+		}
+		fmt.Println("ADDR " + strings.Join(out, ","))
+	default:
+		t.Skip("helper process only")
+	}
+	select {} // until killed
+}
+
+type wrkResult struct{ rps, p50, p99, cpuMsPerK float64 }
+
+var wrkLat = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$`)
+
+func runWrk(t *testing.T, addr string, pid int) wrkResult {
+	t.Helper()
+	c0 := cpuTicks(pid)
+	out, err := exec.Command("wrk", "-t2", "-c16", "-d5s", "--latency", "-H", "Connection: close", "http://"+addr+"/").CombinedOutput()
+	if err != nil {
+		t.Fatalf("wrk %s: %v\n%s", addr, err, out)
+	}
+	var r wrkResult
+	cpu := cpuTicks(pid) - c0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "Requests/sec:") {
+			r.rps, _ = strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, "Requests/sec:")), 64)
+		}
+	}
+	if pid != 0 && r.rps > 0 {
+		r.cpuMsPerK = cpu * 1000 / (r.rps * 5 / 1000)
+	}
+	for _, m := range wrkLat.FindAllStringSubmatch(string(out), -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		switch m[3] {
+		case "us":
+			v /= 1000
+		case "s":
+			v *= 1000
+		}
+		if m[1] == "50" {
+			r.p50 = v
+		} else {
+			r.p99 = v
+		}
+	}
+	return r
+}
+
+// timeToRemoval fails victim's /readyz and reports how long new
+// connections through addr kept reaching it.
+func timeToRemoval(t *testing.T, fc *fakeCluster, victim *fakeServer, addr string) time.Duration {
+	c := fc.client(addr)
+	start := time.Now()
+	victim.ready.Store(false)
+	defer victim.ready.Store(true)
+	last := start
+	for time.Since(last) < 3*time.Second && time.Since(start) < 30*time.Second {
+		who, err := whoami(c)
+		if err == nil && who == victim.name {
+			last = time.Now()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return last.Sub(start)
+}
+
+type rollResult struct{ total, failed int }
+
+// rollingRestart restarts the three masters one by one the way
+// kube-apiserver shuts down (/readyz fails first, the process exits after
+// a grace period), while a client makes requests on fresh connections.
+func rollingRestart(t *testing.T, fc *fakeCluster, addr string, allUp func() bool) rollResult {
+	var total, failed atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c := fc.client(addr)
+		for ctx.Err() == nil {
+			total.Add(1)
+			if _, err := whoami(c); err != nil {
+				failed.Add(1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	for i, m := range fc.masters {
+		m.ready.Store(false)
+		time.Sleep(3 * time.Second) // shutdown-delay: longer than both LBs' removal
+		m.kill()
+		time.Sleep(500 * time.Millisecond)
+		var nm *fakeServer
+		waitFor(t, 5*time.Second, func() bool {
+			var err error
+			nm, err = startFake(t, fc.ca, m.name, m.addr, nil)
+			return err == nil
+		})
+		fc.masters[i] = nm
+		waitFor(t, 15*time.Second, allUp)
+	}
+	cancel()
+	wg.Wait()
+	return rollResult{int(total.Load()), int(failed.Load())}
+}

@@ -1,0 +1,419 @@
+package lb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"appliance/internal/cluster"
+)
+
+// Pool names.
+const (
+	PoolAPI = "api"
+	PoolMCS = "mcs"
+)
+
+// PoolOptions describe one balanced service.
+type PoolOptions struct {
+	// Disabled leaves the pool out.
+	Disabled bool
+	// Listen is the proxy's address, e.g. ":9445".
+	Listen string
+	// BackendPort is the port of the service on every member.
+	BackendPort uint16
+	// VIPPort is the port on the VIPs redirected to the proxy; 0: none.
+	VIPPort uint16
+	// CheckPath is the HTTPS path probed on each backend.
+	CheckPath string
+}
+
+// Options configure the load balancer. Zero fields take the defaults of
+// DefaultOptions.
+type Options struct {
+	API PoolOptions
+	MCS PoolOptions
+	// Balance is RoundRobin or LeastConnections.
+	Balance string
+	Health  HealthOptions
+	Proxy   ProxyOptions
+	// DrainTimeout bounds how long Run waits, once ctx ends, for open
+	// sessions to finish before closing them.
+	DrainTimeout time.Duration
+	// Redirect manages the nftables VIP redirect.
+	Redirect bool
+	// Table is the nftables table; "" means DefaultTable.
+	Table string
+	// NetNS is the path of the network namespace whose nftables the
+	// redirect changes; "" means this process's own.
+	NetNS string
+	// Dial opens backend connections (proxy and probes); nil means a
+	// plain dial. It must return *net.TCPConn.
+	Dial DialFunc
+	// Listen opens the proxies' listeners; nil means net.Listen. It must
+	// return *net.TCPListener.
+	Listen func(network, addr string) (net.Listener, error)
+}
+
+// DefaultOptions: the API on :9445 (as OpenShift's LB) for VIP:6443,
+// checked with GET /readyz; the MCS on :9446 for VIP:22623 (22624 is the
+// MCS's own plain-HTTP port), checked with GET /healthz; round-robin.
+func DefaultOptions() Options {
+	return Options{
+		API:          PoolOptions{Listen: ":9445", BackendPort: 6443, VIPPort: 6443, CheckPath: "/readyz"},
+		MCS:          PoolOptions{Listen: ":9446", BackendPort: 22623, VIPPort: 22623, CheckPath: "/healthz"},
+		Balance:      RoundRobin,
+		Health:       DefaultHealthOptions(),
+		Proxy:        DefaultProxyOptions(),
+		DrainTimeout: 10 * time.Second,
+		Redirect:     true,
+	}
+}
+
+func (o *Options) fill() error {
+	d := DefaultOptions()
+	fillPool := func(p *PoolOptions, d PoolOptions) {
+		if p.Listen == "" {
+			p.Listen = d.Listen
+		}
+		if p.BackendPort == 0 {
+			p.BackendPort = d.BackendPort
+		}
+		if p.CheckPath == "" {
+			p.CheckPath = d.CheckPath
+		}
+	}
+	fillPool(&o.API, d.API)
+	fillPool(&o.MCS, d.MCS)
+	switch o.Balance {
+	case "":
+		o.Balance = d.Balance
+	case RoundRobin, LeastConnections:
+	default:
+		return fmt.Errorf("lb: balance %q: want %s or %s", o.Balance, RoundRobin, LeastConnections)
+	}
+	o.Health.fill()
+	o.Proxy.fill()
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = d.DrainTimeout
+	}
+	if o.Dial == nil {
+		// No keepalive on backend sockets: a backend that vanished fails
+		// its checks, and the sessions of a down backend are closed.
+		o.Dial = defaultDial
+	}
+	if o.Listen == nil {
+		o.Listen = keepAliveListen(o.Proxy.KeepAlive)
+	}
+	return nil
+}
+
+var defaultDial = (&net.Dialer{KeepAlive: -1}).DialContext
+
+// keepAliveListen returns a listen function whose listener carries the
+// keepalive settings itself: Linux copies them to every accepted socket, so
+// the connection path makes no setsockopt call for them (the runtime's own
+// per-connection keepalive is turned off).
+func keepAliveListen(idle time.Duration) func(network, addr string) (net.Listener, error) {
+	lc := net.ListenConfig{KeepAlive: -1}
+	if idle > 0 {
+		lc.Control = func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				for _, o := range [][3]int{
+					{unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1},
+					{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, max(1, int(idle/time.Second))},
+					{unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, max(1, int(idle/3/time.Second))},
+					{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, 3},
+				} {
+					if e := unix.SetsockoptInt(int(fd), o[0], o[1], o[2]); e != nil && serr == nil {
+						serr = fmt.Errorf("lb: keepalive setsockopt: %w", e)
+					}
+				}
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	return func(network, addr string) (net.Listener, error) {
+		return lc.Listen(context.Background(), network, addr)
+	}
+}
+
+// LB is the load balancer: one proxy and pool per service, the membership
+// watch that feeds the pools, and the VIP redirect that follows their health.
+type LB struct {
+	opts    Options
+	state   *cluster.State
+	vips    []netip.Addr
+	log     *slog.Logger
+	metrics *Metrics
+	redir   *Redirector
+	proxies []*proxy
+	poolOpt []PoolOptions
+	kick    chan struct{}
+	mu      sync.Mutex
+	rules   []Redirect
+}
+
+// New builds the LB and binds its listeners at once, so a port clash is
+// reported before anything runs. cfg supplies the API VIPs (the redirect's
+// destinations, for both services: the pointer Ignition reaches the MCS
+// through the API VIP); state supplies the members.
+func New(cfg *cluster.Config, state *cluster.State, opts Options, m *Metrics, log *slog.Logger) (*LB, error) {
+	if err := opts.fill(); err != nil {
+		return nil, err
+	}
+	if state == nil {
+		return nil, errors.New("lb: no cluster state")
+	}
+	l := &LB{opts: opts, state: state, log: log.With("component", "lb"), metrics: m, kick: make(chan struct{}, 1)}
+	if cfg != nil {
+		l.vips = cfg.VIPsFor(cluster.VIPAPI)
+	}
+	notify := func() {
+		select {
+		case l.kick <- struct{}{}:
+		default:
+		}
+	}
+	for _, spec := range []struct {
+		name string
+		po   PoolOptions
+	}{{PoolAPI, opts.API}, {PoolMCS, opts.MCS}} {
+		if spec.po.Disabled {
+			continue
+		}
+		ln, err := opts.Listen("tcp", spec.po.Listen)
+		if err != nil {
+			l.closeListeners()
+			return nil, fmt.Errorf("lb: %s: listen %s: %w", spec.name, spec.po.Listen, err)
+		}
+		tl, ok := ln.(*net.TCPListener)
+		if !ok {
+			_ = ln.Close()
+			l.closeListeners()
+			return nil, fmt.Errorf("lb: %s: listener is %T, want *net.TCPListener", spec.name, ln)
+		}
+		prober := &HTTPSProber{Path: spec.po.CheckPath, Dial: opts.Dial}
+		pool := newPool(spec.name, opts.Balance, opts.Health, prober, m, l.log, notify)
+		l.proxies = append(l.proxies, &proxy{pool: pool, opts: opts.Proxy, dial: opts.Dial, ln: tl})
+		l.poolOpt = append(l.poolOpt, spec.po)
+	}
+	if len(l.proxies) == 0 {
+		return nil, errors.New("lb: every pool is disabled")
+	}
+	if opts.Redirect && len(l.vips) > 0 {
+		r, err := NewRedirector(opts.Table, opts.NetNS)
+		if err != nil {
+			l.closeListeners()
+			return nil, err
+		}
+		l.redir = r
+	}
+	return l, nil
+}
+
+func (l *LB) closeListeners() {
+	for _, x := range l.proxies {
+		_ = x.ln.Close()
+	}
+}
+
+// Pool returns the pool called name, or nil.
+func (l *LB) Pool(name string) *Pool {
+	for _, x := range l.proxies {
+		if x.pool.name == name {
+			return x.pool
+		}
+	}
+	return nil
+}
+
+// Addr is the listener address of the pool called name, or nil.
+func (l *LB) Addr(name string) net.Addr {
+	for _, x := range l.proxies {
+		if x.pool.name == name {
+			return x.ln.Addr()
+		}
+	}
+	return nil
+}
+
+// Ready is the readiness signal other services use (VRRP tracking takes it
+// as is): nil while the API pool (or, without it, every pool) has a healthy
+// backend.
+func (l *LB) Ready(context.Context) error {
+	for _, x := range l.proxies {
+		if x.pool.name == PoolAPI || l.Pool(PoolAPI) == nil {
+			if x.pool.Healthy() == 0 {
+				return fmt.Errorf("lb: pool %s has no healthy backend", x.pool.name)
+			}
+		}
+	}
+	return nil
+}
+
+// Status is the LB's state for /status.
+type Status struct {
+	Pools    map[string][]BackendStatus `json:"pools"`
+	Redirect []string                   `json:"redirect"`
+}
+
+// Status reports the pools' backends and the installed redirects.
+func (l *LB) Status() Status {
+	s := Status{Pools: map[string][]BackendStatus{}, Redirect: []string{}}
+	for _, x := range l.proxies {
+		s.Pools[x.pool.name] = x.pool.Status()
+	}
+	l.mu.Lock()
+	for _, r := range l.rules {
+		s.Redirect = append(s.Redirect, fmt.Sprintf("%s -> :%d", netip.AddrPortFrom(r.VIP, r.Port), r.ToPort))
+	}
+	l.mu.Unlock()
+	return s
+}
+
+// Run serves until ctx ends, then removes the redirect (so VIP traffic
+// reaches the local server directly), stops accepting, lets open sessions
+// drain for up to DrainTimeout and closes what is left.
+func (l *LB) Run(ctx context.Context) error {
+	if l.redir != nil {
+		// A crashed run may have left the table; its rules could point at
+		// a port nobody listens on.
+		if err := l.redir.Remove(); err != nil {
+			l.closeListeners()
+			return err
+		}
+		defer l.redir.Close()
+	}
+	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopChecks()
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for snap := range l.state.Subscribe(ctx) {
+			for i, x := range l.proxies {
+				x.pool.setTargets(checkCtx, targetsFor(snap.Members, l.poolOpt[i].BackendPort))
+			}
+		}
+	}()
+	for _, x := range l.proxies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = x.serve(ctx)
+		}()
+		l.log.Info("listening", "pool", x.pool.name, "addr", x.ln.Addr().String())
+	}
+	redirDone := make(chan struct{})
+	go func() {
+		defer close(redirDone)
+		l.reconcileRedirect(ctx)
+	}()
+
+	<-ctx.Done()
+	<-redirDone
+	if l.redir != nil {
+		if err := l.redir.Remove(); err != nil {
+			l.log.Error("remove redirect", "err", err)
+		}
+		l.setRules(nil)
+	}
+	l.closeListeners()
+	l.drain()
+	stopChecks()
+	for _, x := range l.proxies {
+		x.pool.stop()
+	}
+	wg.Wait()
+	return nil
+}
+
+// drain waits for sessions to end, up to DrainTimeout, then closes them.
+func (l *LB) drain() {
+	done := make(chan struct{})
+	go func() {
+		for _, x := range l.proxies {
+			x.wg.Wait()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(l.opts.DrainTimeout):
+	}
+	n := 0
+	for _, x := range l.proxies {
+		n += int(x.active.Load())
+		x.pool.closeSessions()
+	}
+	l.log.Info("drain timeout: closing sessions", "sessions", n)
+	<-done
+}
+
+// desiredRules: each pool's VIP port goes to its proxy while the pool has
+// a healthy backend.
+func (l *LB) desiredRules() []Redirect {
+	var out []Redirect
+	for i, x := range l.proxies {
+		po := l.poolOpt[i]
+		if po.VIPPort == 0 || x.pool.Healthy() == 0 {
+			continue
+		}
+		to := portOf(x.ln.Addr())
+		for _, v := range l.vips {
+			out = append(out, Redirect{VIP: v, Port: po.VIPPort, ToPort: to})
+		}
+	}
+	return out
+}
+
+func (l *LB) setRules(r []Redirect) {
+	l.mu.Lock()
+	l.rules = r
+	l.mu.Unlock()
+	l.metrics.setRedirect(len(r))
+}
+
+func (l *LB) reconcileRedirect(ctx context.Context) {
+	if l.redir == nil {
+		return
+	}
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.kick:
+		case <-retry.C:
+		}
+		want := l.desiredRules()
+		if err := l.redir.Apply(want); err != nil {
+			l.log.Error("apply redirect", "err", err)
+			retry.Reset(time.Second)
+			continue
+		}
+		l.mu.Lock()
+		changed := len(l.rules) != len(want)
+		l.mu.Unlock()
+		if changed {
+			l.log.Info("redirect", "rules", len(want))
+		}
+		l.setRules(want)
+	}
+}

@@ -1,0 +1,442 @@
+package lb
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"appliance/internal/cluster"
+)
+
+// Balancing algorithms.
+const (
+	RoundRobin       = "roundrobin"
+	LeastConnections = "leastconn"
+)
+
+// fullWeight is every backend's weight once slow start is over; slow start
+// ramps from 1 to it.
+const fullWeight = 100
+
+// BackendTarget is one backend a pool should hold.
+type BackendTarget struct {
+	Name   string // member name, the backend's label in logs and metrics
+	Addr   string // host:port
+	Backup bool   // only used while no primary backend is up
+}
+
+// targetsFor derives a pool's backends from a membership snapshot: every
+// master as a primary, the bootstrap node as the backup. A member's first
+// address is used so a dual-stack node counts once.
+func targetsFor(members []cluster.Member, port uint16) []BackendTarget {
+	var out []BackendTarget
+	for _, m := range members {
+		if len(m.IPs) == 0 || (m.Role != cluster.RoleMaster && m.Role != cluster.RoleBootstrap) {
+			continue
+		}
+		out = append(out, BackendTarget{
+			Name:   m.Name,
+			Addr:   netip.AddrPortFrom(m.IPs[0], port).String(),
+			Backup: m.Role == cluster.RoleBootstrap,
+		})
+	}
+	return out
+}
+
+// backend is one server of a pool. Fields under "pool.mu" are guarded by
+// the pool's mutex.
+type backend struct {
+	BackendTarget
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	// pool.mu
+	h       hysteresis
+	upSince time.Time // zero: no slow start (first check, or never down)
+	active  int
+	cur     int // smooth weighted round-robin accumulator
+	removed bool
+
+	m backendMetrics
+}
+
+// Pool is one balanced service: its backends, their health and the
+// sessions proxied to them.
+type Pool struct {
+	name    string
+	balance string
+	health  HealthOptions
+	prober  Prober
+	metrics *Metrics
+	log     *slog.Logger
+	notify  func() // called (outside locks) when the number of up backends may have changed
+	now     func() time.Time
+
+	mu       sync.Mutex
+	backends map[string]*backend // by Name
+	order    []*backend          // backends sorted by Name, for deterministic picks
+	sessions map[*session]struct{}
+	rr       int // rotation for least-connections ties
+	ctx      context.Context
+}
+
+func newPool(name, balance string, health HealthOptions, prober Prober, m *Metrics, log *slog.Logger, notify func()) *Pool {
+	health.fill()
+	if notify == nil {
+		notify = func() {}
+	}
+	return &Pool{
+		name: name, balance: balance, health: health, prober: prober, metrics: m,
+		log: log.With("pool", name), notify: notify, now: time.Now,
+		backends: map[string]*backend{}, sessions: map[*session]struct{}{},
+	}
+}
+
+// Name is the pool's name ("api", "mcs").
+func (p *Pool) Name() string { return p.name }
+
+// setTargets makes the pool hold exactly targets: new backends start being
+// checked, removed ones stop, and established sessions of removed backends
+// keep running (a membership change never cuts a connection).
+func (p *Pool) setTargets(ctx context.Context, targets []BackendTarget) {
+	want := map[string]BackendTarget{}
+	for _, t := range targets {
+		want[t.Name] = t
+	}
+	// Remove first (and forget their series), so that a member whose
+	// address changed comes back under the same name with fresh series.
+	var stop []*backend
+	p.mu.Lock()
+	if p.ctx == nil {
+		p.ctx = ctx
+	}
+	for name, b := range p.backends {
+		if t, ok := want[name]; !ok || t != b.BackendTarget {
+			b.removed = true
+			delete(p.backends, name)
+			stop = append(stop, b)
+		}
+	}
+	p.reorder()
+	p.mu.Unlock()
+	for _, b := range stop {
+		b.cancel()
+		<-b.done
+		p.metrics.forget(p.name, b.Name)
+		p.log.Info("backend removed", "backend", b.Name, "addr", b.Addr)
+	}
+
+	var start []*backend
+	p.mu.Lock()
+	for name, t := range want {
+		if _, ok := p.backends[name]; ok {
+			continue
+		}
+		cctx, cancel := context.WithCancel(p.ctx)
+		b := &backend{BackendTarget: t, cancel: cancel, done: make(chan struct{}), m: p.metrics.backend(p.name, t.Name)}
+		p.backends[name] = b
+		start = append(start, b)
+		go p.checkLoop(cctx, b)
+	}
+	p.reorder()
+	p.mu.Unlock()
+	for _, b := range start {
+		p.metrics.setState(p.name, b.Name, HealthUnknown)
+		p.log.Info("backend added", "backend", b.Name, "addr", b.Addr, "backup", b.Backup)
+	}
+	if len(stop) > 0 {
+		p.publishHealthy()
+	}
+}
+
+// reorder rebuilds order from backends; p.mu held.
+func (p *Pool) reorder() {
+	p.order = p.order[:0]
+	for _, b := range p.backends {
+		p.order = append(p.order, b)
+	}
+	slices.SortFunc(p.order, func(a, b *backend) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// stop ends every health check (used when the LB stops).
+func (p *Pool) stop() {
+	p.mu.Lock()
+	bs := make([]*backend, 0, len(p.backends))
+	for _, b := range p.backends {
+		bs = append(bs, b)
+	}
+	p.mu.Unlock()
+	for _, b := range bs {
+		b.cancel()
+		<-b.done
+	}
+}
+
+func (p *Pool) checkLoop(ctx context.Context, b *backend) {
+	defer close(b.done)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pctx, cancel := context.WithTimeout(ctx, p.health.Timeout)
+		err := p.prober.Probe(pctx, b.Addr)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		t.Reset(p.record(b, err))
+	}
+}
+
+// record applies one probe result and returns the delay to the next probe.
+func (p *Pool) record(b *backend, err error) time.Duration {
+	ok := err == nil
+	p.metrics.check(p.name, b.Name, ok)
+	var toClose []*session
+	p.mu.Lock()
+	prev := b.h.state
+	changed := b.h.observe(ok, p.health.Fall, p.health.Rise)
+	state := b.h.state
+	if changed {
+		switch {
+		case state == HealthUp && prev == HealthDown:
+			b.upSince = p.now()
+			b.cur = 0
+		case state == HealthDown && p.health.closeOnDown():
+			if p.health.DownGrace < 0 {
+				toClose = p.sessionsOf(b)
+			} else {
+				time.AfterFunc(p.health.DownGrace, func() { p.closeIfDown(b) })
+			}
+		}
+	}
+	next := b.h.next(p.health)
+	removed := b.removed
+	p.mu.Unlock()
+	if !changed || removed {
+		return next
+	}
+	p.metrics.setState(p.name, b.Name, state)
+	if ok {
+		p.log.Info("backend up", "backend", b.Name, "addr", b.Addr)
+	} else {
+		p.log.Warn("backend down", "backend", b.Name, "addr", b.Addr, "err", err)
+	}
+	for _, s := range toClose {
+		s.close()
+	}
+	p.publishHealthy()
+	return next
+}
+
+// sessionsOf lists b's sessions; p.mu held.
+func (p *Pool) sessionsOf(b *backend) []*session {
+	var out []*session
+	for s := range p.sessions {
+		if s.b == b {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// closeIfDown closes b's sessions if b is (still) down when the grace ends.
+func (p *Pool) closeIfDown(b *backend) {
+	p.mu.Lock()
+	var ss []*session
+	if b.h.state == HealthDown {
+		ss = p.sessionsOf(b)
+	}
+	p.mu.Unlock()
+	if len(ss) > 0 {
+		p.log.Info("closing sessions of down backend", "backend", b.Name, "sessions", len(ss))
+	}
+	for _, s := range ss {
+		s.close()
+	}
+}
+
+func (p *Pool) publishHealthy() {
+	p.metrics.setHealthy(p.name, p.Healthy())
+	p.notify()
+}
+
+// Healthy is the number of backends (backups included) currently up.
+func (p *Pool) Healthy() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, b := range p.backends {
+		if b.h.state == HealthUp {
+			n++
+		}
+	}
+	return n
+}
+
+// pick chooses a backend for a new connection, skipping those in tried,
+// and counts the connection on it. Primaries are used while any is up;
+// backups only when none is. nil: no backend available.
+func (p *Pool) pick(tried []*backend) *backend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	var buf [16]*backend // no allocation per connection for usual pools
+	cands := buf[:0]
+	for _, backup := range []bool{false, true} {
+		for _, b := range p.order {
+			if b.Backup == backup && b.h.state == HealthUp && !slices.Contains(tried, b) {
+				cands = append(cands, b)
+			}
+		}
+		if len(cands) > 0 {
+			break
+		}
+	}
+	if len(cands) == 0 {
+		return nil
+	}
+	var best *backend
+	if p.balance == LeastConnections {
+		best = pickLeastConn(cands, p.rr, now, p.health.SlowStart)
+		p.rr++
+	} else {
+		best = pickSmoothWRR(cands, now, p.health.SlowStart)
+	}
+	best.active++
+	return best
+}
+
+// pickSmoothWRR is smooth weighted round-robin: every candidate gains its
+// weight, the richest is chosen and pays the total. Equal weights give
+// plain rotation; a slow-starting backend is chosen in proportion to its
+// ramped weight without bursts.
+func pickSmoothWRR(cands []*backend, now time.Time, ramp time.Duration) *backend {
+	total := 0
+	var best *backend
+	for _, b := range cands {
+		w := slowStartWeight(fullWeight, b.upSince, now, ramp)
+		b.cur += w
+		total += w
+		if best == nil || b.cur > best.cur {
+			best = b
+		}
+	}
+	best.cur -= total
+	return best
+}
+
+// pickLeastConn picks the candidate with the fewest active connections per
+// unit of weight; ties rotate starting at offset.
+func pickLeastConn(cands []*backend, offset int, now time.Time, ramp time.Duration) *backend {
+	var best *backend
+	var bestScore float64
+	n := len(cands)
+	for i := range n {
+		b := cands[(i+offset)%n]
+		w := slowStartWeight(fullWeight, b.upSince, now, ramp)
+		score := float64(b.active+1) / float64(w)
+		if best == nil || score < bestScore {
+			best, bestScore = b, score
+		}
+	}
+	return best
+}
+
+// release undoes pick's count when a connection ends or its dial failed.
+func (p *Pool) release(b *backend) {
+	p.mu.Lock()
+	b.active--
+	p.mu.Unlock()
+}
+
+func (p *Pool) addSession(s *session) {
+	p.mu.Lock()
+	p.sessions[s] = struct{}{}
+	down := s.b.h.state == HealthDown && p.health.closeOnDown()
+	p.mu.Unlock()
+	if down {
+		// The backend went down while we were dialling it: this session
+		// missed the sweep, give it the same grace.
+		if p.health.DownGrace < 0 {
+			s.close()
+		} else {
+			time.AfterFunc(p.health.DownGrace, func() { p.closeIfDown(s.b) })
+		}
+	}
+}
+
+func (p *Pool) removeSession(s *session) {
+	p.mu.Lock()
+	delete(p.sessions, s)
+	p.mu.Unlock()
+}
+
+func (p *Pool) closeSessions() {
+	p.mu.Lock()
+	ss := make([]*session, 0, len(p.sessions))
+	for s := range p.sessions {
+		ss = append(ss, s)
+	}
+	p.mu.Unlock()
+	for _, s := range ss {
+		s.close()
+	}
+}
+
+// BackendStatus is one backend as shown on /status.
+type BackendStatus struct {
+	Name   string `json:"name"`
+	Addr   string `json:"addr"`
+	Backup bool   `json:"backup,omitempty"`
+	State  string `json:"state"`
+	Active int    `json:"active"`
+	Weight int    `json:"weight"`
+}
+
+// Status lists the pool's backends sorted by name.
+func (p *Pool) Status() []BackendStatus {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.now()
+	out := make([]BackendStatus, 0, len(p.backends))
+	for _, b := range p.backends {
+		w := 0
+		if b.h.state == HealthUp {
+			w = slowStartWeight(fullWeight, b.upSince, now, p.health.SlowStart)
+		}
+		out = append(out, BackendStatus{Name: b.Name, Addr: b.Addr, Backup: b.Backup, State: b.h.state.String(), Active: b.active, Weight: w})
+	}
+	slices.SortFunc(out, func(a, b BackendStatus) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func portOf(addr net.Addr) uint16 {
+	if ta, ok := addr.(*net.TCPAddr); ok {
+		return uint16(ta.Port)
+	}
+	_, ps, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(ps)
+	return uint16(n)
+}

@@ -1,0 +1,201 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultTable is the nftables table (family inet) the redirect owns.
+const DefaultTable = "appliance_lb"
+
+// Redirect sends TCP to VIP:Port to the local port ToPort.
+type Redirect struct {
+	VIP    netip.Addr
+	Port   uint16
+	ToPort uint16
+}
+
+// Redirector owns one inet nftables table holding two NAT chains: prerouting
+// for traffic arriving from the network and output (on lo) for local clients
+// of a VIP this node holds. It replaces the table's whole content in one
+// netlink batch, so the kernel never sees a half-applied set.
+type Redirector struct {
+	table   string
+	netnsFd int // 0: the caller's (the process's) namespace
+
+	mu      sync.Mutex
+	current []Redirect
+}
+
+// NewRedirector prepares a redirector for table ("" means DefaultTable) in
+// the network namespace at netnsPath ("" means the process's own). Holding
+// the namespace by fd means every netlink socket it opens lands there, from
+// whichever thread it is opened: it never acts on another namespace.
+func NewRedirector(table, netnsPath string) (*Redirector, error) {
+	if table == "" {
+		table = DefaultTable
+	}
+	r := &Redirector{table: table}
+	if netnsPath != "" {
+		fd, err := unix.Open(netnsPath, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("lb: open netns %s: %w", netnsPath, err)
+		}
+		r.netnsFd = fd
+	}
+	return r, nil
+}
+
+// Table is the name of the owned table.
+func (r *Redirector) Table() string { return r.table }
+
+// Close releases the namespace handle (the table is left as it is).
+func (r *Redirector) Close() error {
+	if r.netnsFd != 0 {
+		err := unix.Close(r.netnsFd)
+		r.netnsFd = 0
+		return err
+	}
+	return nil
+}
+
+func (r *Redirector) conn() (*nftables.Conn, error) {
+	var opts []nftables.ConnOption
+	if r.netnsFd != 0 {
+		opts = append(opts, nftables.WithNetNSFd(r.netnsFd))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lb: nftables: %w", err)
+	}
+	return c, nil
+}
+
+func (r *Redirector) tableObj() *nftables.Table {
+	return &nftables.Table{Name: r.table, Family: nftables.TableFamilyINet}
+}
+
+// Apply makes the table hold exactly rules; no rules removes the table.
+// Applying the same set again does nothing.
+func (r *Redirector) Apply(rules []Redirect) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rules = slices.Clone(rules)
+	slices.SortFunc(rules, compareRedirect)
+	if r.current != nil && slices.Equal(rules, r.current) {
+		return nil
+	}
+	if len(rules) == 0 {
+		if err := r.remove(); err != nil {
+			return err
+		}
+		r.current = []Redirect{}
+		return nil
+	}
+	c, err := r.conn()
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(r.tableObj())
+	c.FlushTable(t)
+	pre := c.AddChain(&nftables.Chain{
+		Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
+	})
+	out := c.AddChain(&nftables.Chain{
+		Name: "output", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
+	})
+	for _, rd := range rules {
+		c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: redirectExprs(rd, false)})
+		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: redirectExprs(rd, true)})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("lb: install redirect table %s: %w", r.table, err)
+	}
+	r.current = rules
+	return nil
+}
+
+// Remove deletes the table if it exists: at start (a crashed run may have
+// left it) and on exit.
+func (r *Redirector) Remove() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.remove(); err != nil {
+		return err
+	}
+	r.current = []Redirect{}
+	return nil
+}
+
+func (r *Redirector) remove() error {
+	c, err := r.conn()
+	if err != nil {
+		return err
+	}
+	if _, err := c.ListTableOfFamily(r.table, nftables.TableFamilyINet); err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("lb: look up table %s: %w", r.table, err)
+	}
+	c.DelTable(r.tableObj())
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("lb: delete table %s: %w", r.table, err)
+	}
+	return nil
+}
+
+// redirectExprs builds
+//
+//	meta nfproto ipv4|ipv6 [oifname "lo"] meta l4proto tcp
+//	ip[6] daddr VIP tcp dport Port counter redirect to :ToPort
+func redirectExprs(rd Redirect, local bool) []expr.Any {
+	proto, off, addr := byte(unix.NFPROTO_IPV4), uint32(16), rd.VIP.Unmap().AsSlice()
+	if len(addr) == 16 {
+		proto, off = unix.NFPROTO_IPV6, 24
+	}
+	e := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+	}
+	if local {
+		lo := make([]byte, unix.IFNAMSIZ)
+		copy(lo, "lo")
+		e = append(e,
+			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo},
+		)
+	}
+	return append(e,
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(addr))},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(rd.Port)},
+		&expr.Counter{},
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(rd.ToPort)},
+		&expr.Redir{RegisterProtoMin: 1},
+	)
+}
+
+func compareRedirect(a, b Redirect) int {
+	if c := a.VIP.Compare(b.VIP); c != 0 {
+		return c
+	}
+	if a.Port != b.Port {
+		return int(a.Port) - int(b.Port)
+	}
+	return int(a.ToPort) - int(b.ToPort)
+}
