@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"appliance/dhcp"
+	"appliance/internal/admin"
+	"appliance/internal/cluster"
+)
+
+func init() { serviceCmds = append(serviceCmds, newDHCPCmd) }
+
+type dhcpFlags struct {
+	config      string
+	iface       string
+	leases      string
+	adminListen string
+	leaseTime   time.Duration
+	pool        string
+	dns         []string
+	ntp         []string
+	search      []string
+	noPool      bool
+}
+
+func newDHCPCmd(g *globalFlags) *cobra.Command {
+	f := &dhcpFlags{}
+	cmd := &cobra.Command{
+		Use:   "dhcp",
+		Short: "Serve DHCPv4 to the cluster's nodes: reservations, optional pool, crash-safe leases",
+		Long: `Serve DHCPv4 on the machine network: every node with a MAC in the config gets
+its address, host name, router, DNS and domain.
+
+  appliance dhcp --config appliance.yaml [--interface eth0] [--pool 192.168.126.100-192.168.126.199]`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger()
+			if err != nil {
+				return err
+			}
+			if f.config == "" {
+				return fmt.Errorf("dhcp: --config is required")
+			}
+			cfg, err := cluster.Load(f.config)
+			if err != nil {
+				return err
+			}
+			opts, err := f.options(cfg)
+			if err != nil {
+				return err
+			}
+			listen := cfg.Admin.Listen
+			if cmd.Flags().Changed("admin-listen") || listen == "" {
+				listen = f.adminListen
+			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			srv, err := dhcp.New(opts, dhcp.NewMetrics(reg), log)
+			if err != nil {
+				return err
+			}
+			adm, err := admin.New(admin.Options{Listen: listen, Registry: reg,
+				Status: func() any { return map[string]any{"dhcp": srv.Status()} }}, log)
+			if err != nil {
+				return err
+			}
+			eg, ctx := errgroup.WithContext(cmd.Context())
+			eg.Go(func() error { return adm.Run(ctx) })
+			eg.Go(func() error { return srv.Run(ctx) })
+			return eg.Wait()
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the nodes")
+	fl.StringVar(&f.iface, "interface", "", "interface to serve (default: network.interface, else the one holding an address in machineCIDR)")
+	fl.StringVar(&f.leases, "leases", dhcp.DefaultLeaseFile, "lease file of the dynamic pool")
+	fl.StringVar(&f.adminListen, "admin-listen", cluster.DefaultAdminListen, "admin HTTP listener (/metrics, /status, /healthz, /readyz)")
+	fl.DurationVar(&f.leaseTime, "lease-time", dhcp.DefaultLeaseTime, "lease time (option 51)")
+	fl.StringVar(&f.pool, "pool", "", "dynamic pool START-END for hosts without a reservation (default: off)")
+	fl.StringSliceVar(&f.dns, "dns", nil, "DNS servers (option 6; default: the masters' addresses, else this server)")
+	fl.StringSliceVar(&f.ntp, "ntp", nil, "NTP servers (option 42; default: none)")
+	fl.StringSliceVar(&f.search, "search", nil, "DNS search list (option 119; default: none)")
+	fl.BoolVar(&f.noPool, "standby", false, "do not serve the pool (another server does); reservations are still answered")
+	return cmd
+}
+
+func (f *dhcpFlags) options(cfg *cluster.Config) (dhcp.Options, error) {
+	opts, err := dhcp.FromCluster(cfg)
+	if err != nil {
+		return opts, err
+	}
+	opts.Interface = f.iface
+	if opts.Interface == "" {
+		opts.Interface = cfg.Network.Interface
+	}
+	if opts.Interface == "" {
+		local, err := cluster.LocalInterfaces()
+		if err != nil {
+			return opts, err
+		}
+		if opts.Interface, err = cfg.PickInterface(local); err != nil {
+			return opts, err
+		}
+	}
+	opts.LeaseFile = f.leases
+	opts.LeaseTime = f.leaseTime
+	if f.pool != "" {
+		if opts.Pool, err = parseRange(f.pool); err != nil {
+			return opts, fmt.Errorf("--pool %q: %w", f.pool, err)
+		}
+	}
+	if len(f.dns) > 0 {
+		if opts.DNS, err = parseAddrs("--dns", f.dns); err != nil {
+			return opts, err
+		}
+	}
+	if opts.NTP, err = parseAddrs("--ntp", f.ntp); err != nil {
+		return opts, err
+	}
+	opts.SearchDomains = f.search
+	if f.noPool {
+		opts.ServePool = func() bool { return false }
+	}
+	return opts, nil
+}
+
+func parseRange(s string) (dhcp.Range, error) {
+	for i := range len(s) {
+		if s[i] != '-' {
+			continue
+		}
+		a, err1 := netip.ParseAddr(s[:i])
+		b, err2 := netip.ParseAddr(s[i+1:])
+		if err1 == nil && err2 == nil && a.Is4() && b.Is4() {
+			return dhcp.Range{Start: a, End: b}, nil
+		}
+	}
+	return dhcp.Range{}, fmt.Errorf("not an IPv4 range like 192.168.126.100-192.168.126.199")
+}
+
+func parseAddrs(flag string, ss []string) ([]netip.Addr, error) {
+	var out []netip.Addr
+	for _, s := range ss {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("%s %q: not an IPv4 address", flag, s)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}

@@ -1,0 +1,71 @@
+package dhcp
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// Metrics are the server's Prometheus collectors.
+type Metrics struct {
+	received *prometheus.CounterVec
+	replies  *prometheus.CounterVec
+	drops    *prometheus.CounterVec
+	leases   prometheus.GaugeFunc
+	flushes  prometheus.Histogram
+	store    *Store
+}
+
+// NewMetrics registers the DHCP collectors on reg (nil: not registered).
+// Leases are counted from the store the server sets with its New.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dhcp_requests_total",
+			Help: "DHCP messages received, by message type.",
+		}, []string{"type"}),
+		replies: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dhcp_replies_total",
+			Help: "DHCP replies sent, by message type (OFFER, ACK, NAK).",
+		}, []string{"type"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dhcp_drops_total",
+			Help: "Received messages not answered, by reason.",
+		}, []string{"reason"}),
+		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "appliance_dhcp_ack_durable_wait_seconds",
+			Help:    "Time an ACK waited for its lease to reach the disk.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
+		}),
+	}
+	m.leases = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "appliance_dhcp_leases",
+		Help: "Pool leases and declined addresses held in the lease store.",
+	}, func() float64 {
+		if m.store == nil {
+			return 0
+		}
+		return float64(len(m.store.Leases()))
+	})
+	if reg != nil {
+		reg.MustRegister(m.received, m.replies, m.drops, m.leases, m.flushes)
+	}
+	return m
+}
+
+// Drops returns how many messages were dropped for reason (tests, status).
+func (m *Metrics) Drops(reason DropReason) float64 {
+	return counterValue(m.drops.WithLabelValues(string(reason)))
+}
+
+// Replies returns how many replies of type t ("OFFER", "ACK", "NAK") left.
+func (m *Metrics) Replies(t string) float64 {
+	return counterValue(m.replies.WithLabelValues(t))
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil || m.Counter == nil {
+		return 0
+	}
+	return m.Counter.GetValue()
+}
