@@ -41,6 +41,12 @@ func newStatusCmd() *cobra.Command {
 			if err := json.Unmarshal(body, &st); err != nil {
 				return fmt.Errorf("status: %s answered something else than a status: %w", addr, err)
 			}
+			if st.VIPs == nil {
+				// The LB, DNS and DHCP services describe themselves in their
+				// own shape; show it as it is.
+				_, err := cmd.OutOrStdout().Write(body)
+				return err
+			}
 			return printVIPStatus(cmd.OutOrStdout(), st.VIPs)
 		},
 	}
