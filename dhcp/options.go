@@ -17,9 +17,9 @@ const (
 	// DefaultLeaseTime is short enough that a node moved to another address
 	// picks it up within the hour, long enough that a server outage of
 	// minutes goes unnoticed.
-	DefaultLeaseTime = time.Hour
+	DefaultLeaseTime = cluster.DefaultDHCPLeaseTime
 	// DefaultLeaseFile is where a standalone server keeps its pool leases.
-	DefaultLeaseFile = "/var/lib/appliance/dhcp-leases.json"
+	DefaultLeaseFile = cluster.DefaultDHCPLeaseFile
 	// DefaultWorkers bounds concurrent request handling.
 	DefaultWorkers = 32
 	// DefaultProbeTimeout is how long an ARP probe of a pool address waits
@@ -133,6 +133,16 @@ func FromCluster(cfg *cluster.Config) (Options, error) {
 		}
 		o.Reservations = append(o.Reservations, Reservation{MAC: n.MAC, IP: ip, Hostname: n.Name})
 	}
+	d := cfg.DHCP
+	o.LeaseTime, o.LeaseFile = d.LeaseTime, d.LeaseFile
+	if !d.Pool.IsZero() {
+		o.Pool = Range{Start: d.Pool.Start, End: d.Pool.End}
+	}
+	if len(d.DNS) > 0 {
+		o.DNS = slices.Clone(d.DNS)
+	}
+	o.NTP = slices.Clone(d.NTP)
+	o.SearchDomains = slices.Clone(d.SearchDomains)
 	return o, nil
 }
 

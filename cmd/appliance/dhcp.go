@@ -52,7 +52,7 @@ its address, host name, router, DNS and domain.
 			if err != nil {
 				return err
 			}
-			opts, err := f.options(cfg)
+			opts, err := f.options(cfg, cmd.Flags().Changed)
 			if err != nil {
 				return err
 			}
@@ -80,18 +80,20 @@ its address, host name, router, DNS and domain.
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the nodes")
 	fl.StringVar(&f.iface, "interface", "", "interface to serve (default: network.interface, else the one holding an address in machineCIDR)")
-	fl.StringVar(&f.leases, "leases", dhcp.DefaultLeaseFile, "lease file of the dynamic pool")
+	fl.StringVar(&f.leases, "leases", cluster.DefaultDHCPLeaseFile, "lease file of the dynamic pool (default dhcp.leaseFile)")
 	fl.StringVar(&f.adminListen, "admin-listen", cluster.DefaultAdminListen, "admin HTTP listener (/metrics, /status, /healthz, /readyz)")
-	fl.DurationVar(&f.leaseTime, "lease-time", dhcp.DefaultLeaseTime, "lease time (option 51)")
-	fl.StringVar(&f.pool, "pool", "", "dynamic pool START-END for hosts without a reservation (default: off)")
-	fl.StringSliceVar(&f.dns, "dns", nil, "DNS servers (option 6; default: the masters' addresses, else this server)")
-	fl.StringSliceVar(&f.ntp, "ntp", nil, "NTP servers (option 42; default: none)")
-	fl.StringSliceVar(&f.search, "search", nil, "DNS search list (option 119; default: none)")
+	fl.DurationVar(&f.leaseTime, "lease-time", cluster.DefaultDHCPLeaseTime, "lease time (option 51; default dhcp.leaseTime)")
+	fl.StringVar(&f.pool, "pool", "", "dynamic pool START-END for hosts without a reservation (default dhcp.pool: off)")
+	fl.StringSliceVar(&f.dns, "dns", nil, "DNS servers (option 6; default dhcp.dns, else the masters' addresses)")
+	fl.StringSliceVar(&f.ntp, "ntp", nil, "NTP servers (option 42; default dhcp.ntp: none)")
+	fl.StringSliceVar(&f.search, "search", nil, "DNS search list (option 119; default dhcp.searchDomains: none)")
 	fl.BoolVar(&f.noPool, "standby", false, "do not serve the pool (another server does); reservations are still answered")
 	return cmd
 }
 
-func (f *dhcpFlags) options(cfg *cluster.Config) (dhcp.Options, error) {
+// options builds the server options from the config's dhcp section; a flag
+// given on the command line overrides its field.
+func (f *dhcpFlags) options(cfg *cluster.Config, changed func(string) bool) (dhcp.Options, error) {
 	opts, err := dhcp.FromCluster(cfg)
 	if err != nil {
 		return opts, err
@@ -109,9 +111,13 @@ func (f *dhcpFlags) options(cfg *cluster.Config) (dhcp.Options, error) {
 			return opts, err
 		}
 	}
-	opts.LeaseFile = f.leases
-	opts.LeaseTime = f.leaseTime
-	if f.pool != "" {
+	if changed("leases") {
+		opts.LeaseFile = f.leases
+	}
+	if changed("lease-time") {
+		opts.LeaseTime = f.leaseTime
+	}
+	if changed("pool") {
 		if opts.Pool, err = parseRange(f.pool); err != nil {
 			return opts, fmt.Errorf("--pool %q: %w", f.pool, err)
 		}
@@ -121,10 +127,14 @@ func (f *dhcpFlags) options(cfg *cluster.Config) (dhcp.Options, error) {
 			return opts, err
 		}
 	}
-	if opts.NTP, err = parseAddrs("--ntp", f.ntp); err != nil {
-		return opts, err
+	if changed("ntp") {
+		if opts.NTP, err = parseAddrs("--ntp", f.ntp); err != nil {
+			return opts, err
+		}
 	}
-	opts.SearchDomains = f.search
+	if changed("search") {
+		opts.SearchDomains = f.search
+	}
 	if f.noPool {
 		opts.ServePool = func() bool { return false }
 	}

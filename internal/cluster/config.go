@@ -49,6 +49,10 @@ const (
 	DefaultAdminListen = "127.0.0.1:9447"
 	// DefaultDNSPort is used for upstreamDNS entries given without a port.
 	DefaultDNSPort = 53
+	// DefaultDHCPLeaseTime is the lease time handed out (option 51).
+	DefaultDHCPLeaseTime = time.Hour
+	// DefaultDHCPLeaseFile keeps the dynamic pool's leases across restarts.
+	DefaultDHCPLeaseFile = "/var/lib/appliance/dhcp-leases.json"
 )
 
 // Config is the validated cluster model. Parse, ParseInstallConfig and Load
@@ -59,6 +63,7 @@ type Config struct {
 	Network Network
 	Nodes   []Node
 	VRRP    VRRP
+	DHCP    DHCP
 	Admin   Admin
 }
 
@@ -133,6 +138,24 @@ type VRRP struct {
 	// Use PriorityFor.
 	Priority int
 }
+
+// DHCP configures the DHCP server's answers beyond what the nodes imply
+// (reservations come from Nodes, router from Network.Gateway, domain from
+// Cluster).
+type DHCP struct {
+	LeaseTime     time.Duration // option 51
+	LeaseFile     string        // where pool leases are kept (reservations need none)
+	Pool          Range         // dynamic pool for hosts without a reservation; zero: off
+	DNS           []netip.Addr  // option 6; empty: the masters' addresses
+	NTP           []netip.Addr  // option 42, sent only when set
+	SearchDomains []string      // option 119, sent only when set
+}
+
+// Range is an inclusive range of IPv4 addresses.
+type Range struct{ Start, End netip.Addr }
+
+// IsZero reports whether the range is unset.
+func (r Range) IsZero() bool { return !r.Start.IsValid() }
 
 // Admin configures the admin HTTP listener.
 type Admin struct {

@@ -224,6 +224,21 @@ func TestParseBad(t *testing.T) {
 		{name: "priority 255", muts: []mut{{"vrrp.priority", 255}}, wantPath: "vrrp.priority", wantMsg: "255 is out of range (want 1..254"},
 		{name: "priority negative", muts: []mut{{"vrrp.priority", -3}}, wantPath: "vrrp.priority", wantMsg: "out of range"},
 
+		// dhcp
+		{name: "dhcp unknown field", muts: []mut{{"dhcp.leasetime", "1h"}}, wantPath: "dhcp.leasetime", wantMsg: "did you mean leaseTime?"},
+		{name: "dhcp lease time not duration", muts: []mut{{"dhcp.leaseTime", "3600"}}, wantPath: "dhcp.leaseTime", wantMsg: "did you mean 3600s?"},
+		{name: "dhcp lease time too short", muts: []mut{{"dhcp.leaseTime", "10s"}}, wantPath: "dhcp.leaseTime", wantMsg: "want 1m to 136y"},
+		{name: "dhcp lease file relative", muts: []mut{{"dhcp.leaseFile", "leases.json"}}, wantPath: "dhcp.leaseFile", wantMsg: "not an absolute path"},
+		{name: "dhcp pool start bad", muts: []mut{{"dhcp.pool", map[string]any{"start": "192.168.126.300", "end": "192.168.126.199"}}}, wantPath: "dhcp.pool.start", wantMsg: "not an IP address"},
+		{name: "dhcp pool reversed", muts: []mut{{"dhcp.pool", map[string]any{"start": "192.168.126.199", "end": "192.168.126.100"}}}, wantPath: "dhcp.pool", wantMsg: "swap them"},
+		{name: "dhcp pool off network", muts: []mut{{"dhcp.pool", map[string]any{"start": "10.0.0.100", "end": "10.0.0.199"}}}, wantPath: "dhcp.pool.start", wantMsg: "not inside a machine network"},
+		{name: "dhcp pool v6", muts: []mut{{"dhcp.pool", map[string]any{"start": "fd00::100", "end": "fd00::199"}}}, wantPath: "dhcp.pool", wantMsg: "IPv4 only"},
+		{name: "dhcp pool broadcast", muts: []mut{{"dhcp.pool", map[string]any{"start": "192.168.126.200", "end": "192.168.126.255"}}}, wantPath: "dhcp.pool.end", wantMsg: "pick a host address"},
+		{name: "dhcp dns v6", muts: []mut{{"dhcp.dns", []any{"fd00::53"}}}, wantPath: "dhcp.dns[0]", wantMsg: "IPv4 addresses only"},
+		{name: "dhcp ntp bad", muts: []mut{{"dhcp.ntp", []any{"ntp.example.com"}}}, wantPath: "dhcp.ntp[0]", wantMsg: "not an IP address"},
+		{name: "dhcp search bad", muts: []mut{{"dhcp.searchDomains", []any{"not a domain"}}}, wantPath: "dhcp.searchDomains[0]", wantMsg: "not a DNS name"},
+		{name: "dhcp pool not mapping", muts: []mut{{"dhcp.pool", "192.168.126.100-192.168.126.199"}}, wantPath: "dhcp.pool", wantMsg: "want a mapping"},
+
 		// admin
 		{name: "listen no port", muts: []mut{{"admin.listen", "127.0.0.1"}}, wantPath: "admin.listen", wantMsg: "is not host:port"},
 		{name: "listen bad port", muts: []mut{{"admin.listen", "127.0.0.1:http"}}, wantPath: "admin.listen", wantMsg: `has port "http"`},
@@ -304,6 +319,7 @@ func TestParseGood(t *testing.T) {
 					{Name: "worker-0", Role: RoleWorker, MAC: mac("52:54:00:7e:00:20"), IPs: []netip.Addr{netip.MustParseAddr("192.168.126.20")}},
 				},
 				VRRP:  VRRP{Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
+				DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
 				Admin: Admin{Listen: DefaultAdminListen},
 			}
 			if !reflect.DeepEqual(c, want) {

@@ -36,6 +36,7 @@ func TestInstallConfigTestdata(t *testing.T) {
 			{Name: "worker-1", Role: RoleWorker, MAC: mac("52:54:00:7e:00:21")},
 		},
 		VRRP:  VRRP{Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
+		DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
 		Admin: Admin{Listen: DefaultAdminListen},
 	}
 	if !reflect.DeepEqual(c, want) {

@@ -95,6 +95,7 @@ type rawConfig struct {
 	Network rawNetwork `json:"network"`
 	Nodes   []rawNode  `json:"nodes"`
 	VRRP    rawVRRP    `json:"vrrp"`
+	DHCP    rawDHCP    `json:"dhcp"`
 	Admin   rawAdmin   `json:"admin"`
 }
 
@@ -131,6 +132,20 @@ type rawVRRP struct {
 	AuthPass       string   `json:"authPass"`
 	UnicastPeers   []string `json:"unicastPeers"`
 	Priority       int      `json:"priority"`
+}
+
+type rawDHCP struct {
+	LeaseTime     string    `json:"leaseTime"`
+	LeaseFile     string    `json:"leaseFile"`
+	Pool          *rawRange `json:"pool"`
+	DNS           []string  `json:"dns"`
+	NTP           []string  `json:"ntp"`
+	SearchDomains []string  `json:"searchDomains"`
+}
+
+type rawRange struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
 }
 
 type rawAdmin struct {

@@ -96,8 +96,82 @@ func (v *validator) validate(r *rawConfig) *Config {
 	vips := v.vips(r, c, owners)
 	v.networkRest(r, c, vips)
 	v.vrrp(r, c, vips)
+	v.dhcp(r, c)
 	v.admin(r, c)
 	return c
+}
+
+// dhcp validates the dhcp section; everything in it is optional.
+func (v *validator) dhcp(r *rawConfig, c *Config) {
+	d, out := r.DHCP, &c.DHCP
+	out.LeaseTime = DefaultDHCPLeaseTime
+	if d.LeaseTime != "" {
+		if lt, ok := v.duration("dhcp.leaseTime", d.LeaseTime); ok {
+			if lt < time.Minute || lt > 0xffffffff*time.Second {
+				v.add("dhcp.leaseTime", "%s is out of range; want 1m to 136y (e.g. 1h)", lt)
+			} else {
+				out.LeaseTime = lt
+			}
+		}
+	}
+	out.LeaseFile = DefaultDHCPLeaseFile
+	if d.LeaseFile != "" {
+		if !strings.HasPrefix(d.LeaseFile, "/") {
+			v.add("dhcp.leaseFile", "%q is not an absolute path (want e.g. %s)", d.LeaseFile, DefaultDHCPLeaseFile)
+		} else {
+			out.LeaseFile = d.LeaseFile
+		}
+	}
+	if d.Pool != nil {
+		start, ok1 := v.addr("dhcp.pool.start", d.Pool.Start)
+		end, ok2 := v.addr("dhcp.pool.end", d.Pool.End)
+		switch {
+		case !ok1 || !ok2:
+		case !start.Is4() || !end.Is4():
+			v.add("dhcp.pool", "%s-%s: the DHCP server is IPv4 only; want IPv4 addresses", start, end)
+		case end.Less(start):
+			v.add("dhcp.pool", "start %s is after end %s; swap them", start, end)
+		default:
+			okS := v.onMachineNet("dhcp.pool.start", start, c, "the pool must be on the machine network")
+			okE := v.onMachineNet("dhcp.pool.end", end, c, "the pool must be on the machine network")
+			if okS && okE {
+				ps, _ := c.Network.PrefixFor(start)
+				pe, _ := c.Network.PrefixFor(end)
+				if ps != pe {
+					v.add("dhcp.pool", "%s and %s are on different machine networks (%s, %s)", start, end, ps, pe)
+				} else {
+					out.Pool = Range{Start: start, End: end}
+				}
+			}
+		}
+	}
+	out.DNS = v.ipv4List("dhcp.dns", d.DNS)
+	out.NTP = v.ipv4List("dhcp.ntp", d.NTP)
+	for i, dom := range d.SearchDomains {
+		if !isDNSName(dom) {
+			v.add(fmt.Sprintf("dhcp.searchDomains[%d]", i), "%q is not a DNS name (want e.g. ocp4.example.com)", dom)
+			continue
+		}
+		out.SearchDomains = append(out.SearchDomains, dom)
+	}
+}
+
+// ipv4List parses a list of IPv4 host addresses (DHCP carries no other family).
+func (v *validator) ipv4List(path string, ss []string) []netip.Addr {
+	var out []netip.Addr
+	for i, s := range ss {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		a, ok := v.addr(p, s)
+		if !ok {
+			continue
+		}
+		if !a.Is4() {
+			v.add(p, "%s is IPv6; DHCPv4 options carry IPv4 addresses only", a)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 const labelRule = "want lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters"

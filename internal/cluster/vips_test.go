@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 const dualStack = `
@@ -164,5 +165,28 @@ func TestPickInterface(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, c.want)
 			}
 		})
+	}
+}
+
+func TestParseDHCPSection(t *testing.T) {
+	cfg := mustParseVIPs(t, `
+cluster: {name: ocp4, baseDomain: example.com}
+network: {machineCIDR: 192.168.126.0/24, apiVIPs: [192.168.126.5]}
+dhcp:
+  leaseTime: 30m
+  leaseFile: /var/lib/appliance/leases.json
+  pool: {start: 192.168.126.100, end: 192.168.126.199}
+  dns: [192.168.126.10, 192.168.126.11]
+  ntp: [192.168.126.1]
+  searchDomains: [ocp4.example.com, example.com]
+`)
+	d := cfg.DHCP
+	if d.LeaseTime != 30*time.Minute || d.LeaseFile != "/var/lib/appliance/leases.json" ||
+		d.Pool.Start != netip.MustParseAddr("192.168.126.100") || d.Pool.End != netip.MustParseAddr("192.168.126.199") ||
+		len(d.DNS) != 2 || len(d.NTP) != 1 || len(d.SearchDomains) != 2 {
+		t.Errorf("dhcp section = %+v", d)
+	}
+	if def := mustParseVIPs(t, dualStack).DHCP; !def.Pool.IsZero() || def.LeaseTime != DefaultDHCPLeaseTime {
+		t.Errorf("defaults = %+v; want no pool and the default lease time", def)
 	}
 }
