@@ -464,7 +464,22 @@ func (r *runner) handle(now time.Time, in received) {
 		}
 	}
 	r.metrics.received.WithLabelValues(r.cfg.Name).Inc()
+	wasMaster := r.m.State() == StateMaster
 	r.apply(now, r.m.Receive(now, in.v.Packet, in.meta.Src))
+	if wasMaster && r.m.State() == StateMaster && in.v.Packet.Priority > 0 && in.v.Packet.Priority < r.m.Priority() {
+		r.reassert(now, in.meta.Src)
+	}
+}
+
+// reassert answers a lower-priority router that believes it is master (it
+// missed our adverts, e.g. while starved of CPU): an advert at once makes it
+// step back without waiting for our next interval, and a fresh round of
+// gratuitous ARP / NA pulls back the neighbours it announced itself to.
+func (r *runner) reassert(now time.Time, peer netip.Addr) {
+	r.log.Warn("a lower-priority router claims MASTER; reasserting", "peer", peer)
+	r.sendAdvert(r.m.Priority())
+	r.announceSteps = 0
+	r.sendAnnounce(now)
 }
 
 func (r *runner) tick(now time.Time) {

@@ -268,3 +268,25 @@ func TestQueuedAdvertsBeatAnExpiredTimer(t *testing.T) {
 		t.Fatalf("state %s after a starved wake-up with the master's adverts queued; want BACKUP", st.State)
 	}
 }
+
+func TestMasterReassertsAgainstALowerPriorityClaim(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, conn, an := newTestRunner(t, vips)
+	now := becomeMaster(r, time.Unix(1000, 0))
+	sent, rounds := len(conn.sent), an.rounds
+	claim := received{
+		v:    verdict{Packet: Packet{Version: 3, VRID: 51, Priority: 90, Interval: 100 * time.Millisecond, Addrs: []netip.Addr{testVIP.Addr()}}},
+		meta: rxMeta{Src: netip.MustParseAddr("192.168.126.11")},
+		at:   now.Add(time.Millisecond),
+	}
+	r.handle(claim.at, claim)
+	if r.m.State() != StateMaster {
+		t.Fatalf("state %s; a lower-priority advert must not demote us", r.m.State())
+	}
+	if len(conn.sent) != sent+1 || conn.sent[len(conn.sent)-1].Priority != 100 {
+		t.Errorf("want one immediate advert at priority 100, sent %d more", len(conn.sent)-sent)
+	}
+	if an.rounds != rounds+1 {
+		t.Errorf("want a fresh gratuitous ARP round, got %d more", an.rounds-rounds)
+	}
+}
