@@ -7,10 +7,10 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # Debian packages the test tiers talk to: the real peers and tools.
 TEST_DEBS  := keepalived iproute2 nftables tcpdump tshark stress-ng iputils-ping iputils-arping procps psmisc \
               bind9-dnsutils knot-dnsutils dnsperf avahi-daemon avahi-utils isc-dhcp-client udhcpc \
-              kea-admin dnsmasq haproxy wrk iperf3 curl
+              kea-admin dnsmasq haproxy wrk iperf3 curl dbus
 # command each package provides, to see whether it is installed without asking dpkg per package
 TEST_CMDS  := keepalived ip nft tcpdump tshark stress-ng ping arping ps killall \
-              dig kdig dnsperf avahi-daemon avahi-browse dhclient udhcpc perfdhcp dnsmasq haproxy wrk iperf3 curl
+              dig kdig dnsperf avahi-daemon avahi-browse dhclient udhcpc perfdhcp dnsmasq haproxy wrk iperf3 curl dbus-daemon
 FUZZTIME   ?= 5s
 
 .PHONY: all build test test-deps unit netns fuzz lint run bench clean
