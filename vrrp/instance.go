@@ -377,6 +377,7 @@ func (r *runner) awaitSuccessor(rx <-chan received, timeout <-chan time.Time) {
 		case in := <-rx:
 			if in.v.Reason == "" && in.v.Packet.Priority > 0 {
 				r.log.Info("handed over", "master", in.meta.Src)
+				time.Sleep(handoverLinger)
 				return
 			}
 		case <-timeout:
@@ -466,17 +467,19 @@ func (r *runner) handle(now time.Time, in received) {
 	r.metrics.received.WithLabelValues(r.cfg.Name).Inc()
 	wasMaster := r.m.State() == StateMaster
 	r.apply(now, r.m.Receive(now, in.v.Packet, in.meta.Src))
-	if wasMaster && r.m.State() == StateMaster && in.v.Packet.Priority > 0 && in.v.Packet.Priority < r.m.Priority() {
+	if wasMaster && r.m.State() == StateMaster && in.v.Packet.Priority > 0 && in.v.Packet.Priority <= r.m.Priority() {
 		r.reassert(now, in.meta.Src)
 	}
 }
 
-// reassert answers a lower-priority router that believes it is master (it
-// missed our adverts, e.g. while starved of CPU): an advert at once makes it
-// step back without waiting for our next interval, and a fresh round of
-// gratuitous ARP / NA pulls back the neighbours it announced itself to.
+// reassert answers a router that believes it is master but ranks below us
+// (lower priority, or equal priority and a lower address: it missed our
+// adverts, e.g. while starved of CPU, or timed out together with us): an
+// advert at once makes it step back without waiting for our next interval,
+// and a fresh round of gratuitous ARP / NA pulls back any neighbour it
+// announced itself to.
 func (r *runner) reassert(now time.Time, peer netip.Addr) {
-	r.log.Warn("a lower-priority router claims MASTER; reasserting", "peer", peer)
+	r.log.Warn("a lower-ranked router claims MASTER; reasserting", "peer", peer)
 	r.sendAdvert(r.m.Priority())
 	r.announceSteps = 0
 	r.sendAnnounce(now)
@@ -585,7 +588,7 @@ func (r *runner) apply(now time.Time, actions []Action) {
 			}
 		case ActAnnounce:
 			r.announceSteps = 0
-			r.sendAnnounce(now)
+			r.nextAnnounce = now.Add(announceSettle)
 		case ActStateChange:
 			r.stateChanged(now, a)
 		}
@@ -628,9 +631,22 @@ func stateGauge(s State) int {
 }
 
 // announceSchedule is when gratuitous ARP / NA rounds go out after becoming
-// master: at once, then twice more within the first seconds so a switch or
-// neighbour that missed the first learns the move, then every AnnounceRefresh.
+// master: once the takeover has settled, then twice more within the first
+// seconds so a switch or neighbour that missed the first learns the move,
+// then every AnnounceRefresh.
 var announceSchedule = []time.Duration{0, 500 * time.Millisecond, 2 * time.Second}
+
+// announceSettle delays the first announcement after a takeover. Routers of
+// equal priority time out together and one steps back a moment later (tie
+// break); had it announced, neighbours would keep its MAC, and Linux ignores
+// a second update within its one-second ARP locktime. A few milliseconds
+// let the loser learn it lost before it tells anyone.
+const announceSettle = 5 * time.Millisecond
+
+// handoverLinger is how long a leaving master keeps its VIPs after the
+// successor's first advert: past the successor's announceSettle, so clients
+// are told about the new owner before the old one stops answering.
+const handoverLinger = 25 * time.Millisecond
 
 func (r *runner) sendAnnounce(now time.Time) {
 	if r.m.State() != StateMaster {

@@ -84,10 +84,13 @@ func newTestRunner(t *testing.T, vips *fakeVIPs) (*runner, *fakeConn, *fakeAnnou
 	return r, c, an
 }
 
-// becomeMaster starts the runner and lets Master_Down expire with no peer.
+// becomeMaster starts the runner, lets Master_Down expire with no peer and
+// the first announcement go out.
 func becomeMaster(r *runner, t0 time.Time) time.Time {
 	r.apply(t0, r.m.Start(t0))
 	now := r.m.Deadline()
+	r.tick(now)
+	now = now.Add(announceSettle)
 	r.tick(now)
 	return now
 }
@@ -288,5 +291,32 @@ func TestMasterReassertsAgainstALowerPriorityClaim(t *testing.T) {
 	}
 	if an.rounds != rounds+1 {
 		t.Errorf("want a fresh gratuitous ARP round, got %d more", an.rounds-rounds)
+	}
+}
+
+// Two routers of equal priority time out together; the one with the lower
+// address steps back at once and must not have announced itself.
+func TestTieBreakLoserNeverAnnounces(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, _, an := newTestRunner(t, vips) // we are 192.168.126.10
+	t0 := time.Unix(1000, 0)
+	r.apply(t0, r.m.Start(t0))
+	now := r.m.Deadline()
+	r.tick(now)
+	if r.m.State() != StateMaster {
+		t.Fatalf("state %s", r.m.State())
+	}
+	peer := received{
+		v:    verdict{Packet: Packet{Version: 3, VRID: 51, Priority: 100, Interval: 100 * time.Millisecond, Addrs: []netip.Addr{testVIP.Addr()}}},
+		meta: rxMeta{Src: netip.MustParseAddr("192.168.126.11")},
+		at:   now.Add(2 * time.Millisecond),
+	}
+	r.handle(peer.at, peer)
+	r.tick(now.Add(announceSettle))
+	if r.m.State() != StateBackup {
+		t.Fatalf("state %s; the lower address loses the tie", r.m.State())
+	}
+	if an.rounds != 0 {
+		t.Errorf("the tie-break loser sent %d gratuitous ARP round(s); neighbours would keep its MAC", an.rounds)
 	}
 }
