@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"strconv"
+	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/vishvananda/netlink"
 
+	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 )
 
@@ -30,36 +31,150 @@ func newLabCmd(g *globalFlags) *cobra.Command {
 		Use:   "lab",
 		Short: "Bring up a lab of nodes in network namespaces and show the appliance at work (needs root)",
 		Long: `Creates nodes in network namespaces joined by a bridge (nothing in the host's own
-network changes), runs "appliance vip" on each, pings the VIP from a client node, and then
-kills, restores, stops and cuts off the master while it shows who holds the VIP and how long
-the client lost its replies. Everything is removed on exit, also on Ctrl-C.`,
+network changes), writes one appliance.yaml for a small cluster and runs every
+service of the appliance on the control-plane nodes: vip, dns, lb and dhcp, next
+to a stand-in API server. A client node then gets its address by DHCP, asks the
+cluster DNS, calls the API through VIP and load balancer while a backend fails,
+and pings the VIP while the master is killed, restarted, stopped and cut off.
+Everything is removed on exit, also on Ctrl-C.
+
+The client uses udhcpc, dig and curl (Debian packages udhcpc, bind9-dnsutils,
+curl; "make test-deps" installs them).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if os.Geteuid() != 0 {
 				return errors.New("lab: needs root (network namespaces and raw sockets)")
 			}
+			if f.nodes < 3 || f.nodes > 9 {
+				return fmt.Errorf("lab: --nodes %d: give 3 to 9 control-plane nodes", f.nodes)
+			}
 			return runLab(cmd.Context(), cmd.OutOrStdout(), f, g)
 		},
 	}
-	cmd.Flags().IntVar(&f.nodes, "nodes", 3, "nodes running the VIP daemon")
-	cmd.Flags().DurationVar(&f.interval, "advert-interval", 100*time.Millisecond, "VRRP advert interval")
+	cmd.Flags().IntVar(&f.nodes, "nodes", 3, "control-plane nodes (master-0 ...) running the services")
+	cmd.Flags().DurationVar(&f.interval, "advert-interval", cluster.DefaultAdvertInterval, "VRRP advert interval")
 	cmd.Flags().BoolVar(&f.keep, "keep", false, "after the scenario, keep the lab up until Ctrl-C")
+	cmd.AddCommand(newLabAPIServerCmd())
 	return cmd
 }
 
-// labView prints who holds the VIP whenever it changes, with the client's losses.
-type labView struct {
-	out   io.Writer
-	nodes []*netlab.Node
-	vip   netip.Addr
-	ping  *netlab.Pinger
-	start time.Time
-	last  string
+// Admin listeners of the services inside each node; every node has its own
+// loopback, so only services sharing a node need distinct ports.
+const (
+	labAdminVIP  = "127.0.0.1:9447"
+	labAdminDNS  = "127.0.0.1:9448"
+	labAdminLB   = "127.0.0.1:9449"
+	labAdminDHCP = "127.0.0.1:9450"
+)
+
+// labTools are the client programs the lab runs and their Debian packages.
+var labTools = []struct{ cmd, pkg string }{
+	{"udhcpc", "udhcpc"},
+	{"dig", "bind9-dnsutils"},
+	{"curl", "curl"},
 }
 
-func (v *labView) holders() string {
-	var hs []string
-	for _, n := range v.nodes {
+// labRun is one run of the lab: its nodes, files and the processes it started.
+type labRun struct {
+	ctx      context.Context
+	out      io.Writer
+	f        *labFlags
+	g        *globalFlags
+	exe      string
+	lab      *netlab.Lab
+	masters  []*netlab.Node
+	client   *netlab.Node
+	have     map[string]bool
+	start    time.Time
+	cfgPath  string
+	script   string
+	vip      netip.Addr
+	ingress  netip.Addr
+	workerIP netip.Addr
+	vipProcs []*netlab.Process
+	apiProcs []*netlab.Process
+}
+
+func runLab(ctx context.Context, out io.Writer, f *labFlags, g *globalFlags) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	l := &labRun{
+		ctx: ctx, out: out, f: f, g: g, exe: exe, have: map[string]bool{},
+		vip:      netip.MustParseAddr("192.168.126.5"),
+		ingress:  netip.MustParseAddr("192.168.126.6"),
+		workerIP: netip.MustParseAddr("192.168.126.50"),
+	}
+	var missing []string
+	for _, t := range labTools {
+		if _, err := exec.LookPath(t.cmd); err == nil {
+			l.have[t.cmd] = true
+		} else {
+			missing = append(missing, fmt.Sprintf("%s (apt-get install %s)", t.cmd, t.pkg))
+		}
+	}
+	if len(missing) > 0 {
+		fmt.Fprintf(out, "note: missing %s; the steps using them are skipped (make test-deps installs them)\n\n",
+			strings.Join(missing, ", "))
+	}
+	lab, err := netlab.New(ctx, netlab.Options{Nodes: f.nodes + 1, Name: "lab"})
+	if err != nil {
+		return err
+	}
+	defer lab.Close()
+	l.lab = lab
+	l.masters, l.client = lab.Nodes[:f.nodes], lab.Nodes[f.nodes]
+	l.start = time.Now()
+	err = l.run()
+	if ctx.Err() != nil {
+		fmt.Fprintln(out, "\ninterrupted: removing the lab")
+		return nil
+	}
+	if err != nil {
+		fmt.Fprintln(out, "\nlab failed; removing the lab")
+	}
+	return err
+}
+
+func (l *labRun) run() error {
+	for _, s := range []func() error{l.setup, l.dhcpSection, l.dnsSection, l.lbSection, l.vipSection} {
+		if err := s(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(l.out, "\ndone in %s: removing the lab (namespaces, processes, files)\n",
+		time.Since(l.start).Round(100*time.Millisecond))
+	if l.f.keep {
+		fmt.Fprintf(l.out, "keeping the lab up (namespaces %s-*, files in %s); Ctrl-C to remove it\n",
+			l.lab.Prefix(), l.lab.Dir())
+		<-l.ctx.Done()
+	}
+	return nil
+}
+
+func (l *labRun) header(title string, lines ...string) {
+	fmt.Fprintf(l.out, "\n=== %s\n", title)
+	for _, s := range lines {
+		fmt.Fprintf(l.out, "    %s\n", s)
+	}
+}
+
+func (l *labRun) say(format string, args ...any) {
+	fmt.Fprintf(l.out, "%7.3fs  %s\n", time.Since(l.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// labView prints who holds the VIPs whenever it changes, with the client's losses.
+type labView struct {
+	l    *labRun
+	ping *netlab.Pinger
+	last string
+}
+
+// holders lists the masters whose eth0 carries addr.
+func (l *labRun) holders(addr netip.Addr) []int {
+	var hs []int
+	for i, n := range l.masters {
 		h, err := n.Handle()
 		if err != nil {
 			continue
@@ -67,35 +182,41 @@ func (v *labView) holders() string {
 		if link, err := h.LinkByName(n.Iface); err == nil {
 			addrs, _ := h.AddrList(link, netlink.FAMILY_V4)
 			for _, a := range addrs {
-				if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == v.vip {
-					hs = append(hs, n.Name)
+				if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == addr {
+					hs = append(hs, i)
 				}
 			}
 		}
 		h.Close()
 	}
-	if len(hs) == 0 {
-		return "nobody"
-	}
-	return strings.Join(hs, "+")
+	return hs
 }
 
-func (v *labView) say(format string, args ...any) {
-	fmt.Fprintf(v.out, "%7.3fs  %s\n", time.Since(v.start).Seconds(), fmt.Sprintf(format, args...))
+func (l *labRun) holderNames(addr netip.Addr) string {
+	var s []string
+	for _, i := range l.holders(addr) {
+		s = append(s, l.masters[i].Name)
+	}
+	if len(s) == 0 {
+		return "nobody"
+	}
+	return strings.Join(s, "+")
 }
 
 // watch polls the holders every 10 ms for d, printing each change.
-func (v *labView) watch(ctx context.Context, d time.Duration) error {
+func (v *labView) watch(d time.Duration) error {
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
-		if h := v.holders(); h != v.last {
+		h := fmt.Sprintf("API VIP %s on %-6s ingress VIP %s on %-6s", v.l.vip, v.l.holderNames(v.l.vip),
+			v.l.ingress, v.l.holderNames(v.l.ingress))
+		if h != v.last {
 			sent, ok := v.ping.Counts()
-			v.say("VIP %s held by %-8s (client: %d/%d echo replies)", v.vip, h, ok, sent)
+			v.l.say("%s (client: %d/%d echo replies)", h, ok, sent)
 			v.last = h
 		}
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-v.l.ctx.Done():
+			return v.l.ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -104,88 +225,82 @@ func (v *labView) watch(ctx context.Context, d time.Duration) error {
 
 func (v *labView) outage(from time.Time) {
 	o := v.ping.LongestOutage(from, time.Now(), 200*time.Millisecond)
-	v.say("client outage: %s without replies", o.Round(time.Millisecond))
+	v.l.say("client outage: %s without replies", o.Round(time.Millisecond))
 }
 
-func runLab(ctx context.Context, out io.Writer, f *labFlags, g *globalFlags) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	lab, err := netlab.New(ctx, netlab.Options{Nodes: f.nodes + 1, Name: "lab"})
-	if err != nil {
-		return err
-	}
-	defer lab.Close()
-	nodes, client := lab.Nodes[:f.nodes], lab.Nodes[f.nodes]
-	vip := netip.MustParseAddr("192.168.126.5")
-	vipPfx := netip.PrefixFrom(vip, nodes[0].IPv4.Bits()).String()
-	fmt.Fprintf(out, "lab %s: %d nodes on a bridge (192.168.126.0/24), client %s; VIP %s, VRRPv3 every %s\n",
-		lab.Prefix(), f.nodes, client.IPv4.Addr(), vip, f.interval)
-
-	procs := make([]*netlab.Process, len(nodes))
-	start := func(i int) error {
-		prio := 100 - 10*i
-		fmt.Fprintf(out, "  %s %s: appliance vip --priority %d\n", nodes[i].Name, nodes[i].IPv4.Addr(), prio)
-		p, err := nodes[i].Start(ctx, exe, "--log-level", g.logLevel, "--log-format", "text", "vip",
-			"--interface", nodes[i].Iface, "--vip", vipPfx, "--vrid", "51", "--priority", strconv.Itoa(prio),
-			"--advert-interval", f.interval.String())
-		procs[i] = p
-		return err
-	}
-	for i := range nodes {
-		if err := start(i); err != nil {
-			return err
-		}
-	}
-	ping, err := client.Ping(vip, 10*time.Millisecond)
+// vipSection is the failover scenario: the client pings the API VIP while
+// the master is killed, restarted, stopped and cut off.
+func (l *labRun) vipSection() error {
+	l.header("5. VIP failover: the client pings the API VIP every 10 ms",
+		"All masters have the same VRRP priority (role master): whoever is master keeps the VIPs,",
+		"a restarted node rejoins as a backup, and when backups take over at the same moment VRRP's",
+		"tie-break by address leaves one. Each step targets whoever is master at that moment.")
+	ping, err := l.client.Ping(l.vip, 10*time.Millisecond)
 	if err != nil {
 		return err
 	}
 	defer ping.Close()
-	v := &labView{out: out, nodes: nodes, vip: vip, ping: ping, start: time.Now()}
-	fmt.Fprintf(out, "client pings %s every 10 ms\n\n", vip)
-
-	step := func(title string, act func() error, watch time.Duration) error {
-		v.say("== %s", title)
-		t0 := time.Now()
-		if err := act(); err != nil {
-			return err
+	v := &labView{l: l, ping: ping}
+	m := -1 // the master the previous step acted on
+	master := func() (int, error) {
+		hs := l.holders(l.vip)
+		if len(hs) == 0 {
+			return -1, errors.New("lab: nobody holds the API VIP")
 		}
-		if err := v.watch(ctx, watch); err != nil {
-			return err
-		}
-		v.outage(t0)
-		return nil
+		return hs[len(hs)-1], nil
 	}
 	steps := []struct {
 		title string
 		act   func() error
-		watch time.Duration
 	}{
-		{"election", func() error { return nil }, 3 * time.Second},
-		{"kill -9 n0's daemon (no goodbye: n1 takes over after Master_Down; n0's kernel keeps a stale copy of the VIP)", func() error { return procs[0].Kill() }, 3 * time.Second},
-		{"restart n0: it clears its stale VIP and preempts", func() error { return start(0) }, 3 * time.Second},
-		{"SIGTERM the master n0 (planned: priority-0 advert, immediate handover)", func() error {
-			return procs[0].Signal(syscall.SIGTERM)
-		}, 3 * time.Second},
-		{"restart n0", func() error { return start(0) }, 3 * time.Second},
-		{"cut n0's link, as if the node died (the client's outage is the real failover time)", nodes[0].LinkDown, 3 * time.Second},
-		{"restore n0's link", nodes[0].LinkUp, 3 * time.Second},
+		{"who is master now", nil},
+		{"kill -9 the master's vip daemon (no goodbye: a backup takes over after Master_Down; the dead daemon's VIPs stay on its node)", func() error {
+			var err error
+			if m, err = master(); err != nil {
+				return err
+			}
+			l.say("killing appliance vip on %s", l.masters[m].Name)
+			return l.vipProcs[m].Kill()
+		}},
+		{"restart it: it removes its stale VIPs and rejoins", func() error { return l.startVIP(m) }},
+		{"SIGTERM the master (planned stop: a priority-0 advert hands over at once)", func() error {
+			var err error
+			if m, err = master(); err != nil {
+				return err
+			}
+			l.say("stopping appliance vip on %s", l.masters[m].Name)
+			return l.vipProcs[m].Signal(syscall.SIGTERM)
+		}},
+		{"restart it", func() error { return l.startVIP(m) }},
+		{"cut the master's link, as if the node died (the client's outage is the real failover time)", func() error {
+			var err error
+			if m, err = master(); err != nil {
+				return err
+			}
+			l.say("link of %s down", l.masters[m].Name)
+			return l.masters[m].LinkDown()
+		}},
+		{"restore its link", func() error { return l.masters[m].LinkUp() }},
 	}
 	for _, s := range steps {
-		if err := step(s.title, s.act, s.watch); err != nil {
-			if ctx.Err() != nil {
-				return nil
+		l.say("-- %s", s.title)
+		v.last = ""
+		t0 := time.Now()
+		if s.act != nil {
+			if err := s.act(); err != nil {
+				return err
 			}
+		}
+		d := 2500 * time.Millisecond
+		if s.act == nil {
+			d = 500 * time.Millisecond
+		}
+		if err := v.watch(d); err != nil {
 			return err
 		}
+		v.outage(t0)
 	}
 	sent, ok := ping.Counts()
-	fmt.Fprintf(out, "\ndone: the client got %d of %d replies; removing the lab\n", ok, sent)
-	if f.keep {
-		fmt.Fprintln(out, "keeping the lab up; Ctrl-C to remove it")
-		_ = v.watch(ctx, 24*time.Hour)
-	}
+	l.say("the client got %d of %d echo replies in this section", ok, sent)
 	return nil
 }
