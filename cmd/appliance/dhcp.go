@@ -41,14 +41,7 @@ its address, host name, router, DNS and domain.
   appliance dhcp --config appliance.yaml [--interface eth0] [--pool 192.168.126.100-192.168.126.199]`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			if f.config == "" {
-				return fmt.Errorf("dhcp: --config is required")
-			}
-			cfg, err := cluster.Load(f.config)
+			log, cfg, err := g.serviceStart("dhcp", f.config)
 			if err != nil {
 				return err
 			}
@@ -56,10 +49,7 @@ its address, host name, router, DNS and domain.
 			if err != nil {
 				return err
 			}
-			listen := cfg.Admin.Listen
-			if cmd.Flags().Changed("admin-listen") || listen == "" {
-				listen = f.adminListen
-			}
+			listen := adminListen(cmd, f.adminListen, cfg)
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			srv, err := dhcp.New(opts, dhcp.NewMetrics(reg), log)

@@ -41,14 +41,7 @@ the nameservers of NetworkManager's resolv.conf (else /etc/resolv.conf) minus
 this node's own addresses, re-read when it changes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			if f.config == "" {
-				return fmt.Errorf("dns: --config is required")
-			}
-			cfg, err := cluster.Load(f.config)
+			log, cfg, err := g.serviceStart("dns", f.config)
 			if err != nil {
 				return err
 			}
@@ -75,10 +68,7 @@ this node's own addresses, re-read when it changes.`,
 					return fmt.Errorf("dns: metrics: %w", err)
 				}
 			}
-			listen := f.adminListen
-			if !cmd.Flags().Changed("admin-listen") && cfg.Admin.Listen != "" {
-				listen = cfg.Admin.Listen
-			}
+			listen := adminListen(cmd, f.adminListen, cfg)
 			adm, err := admin.New(admin.Options{
 				Listen: listen, Registry: reg, Ready: srv.Ready,
 				Status: func() any { return map[string]any{"dns": srv.Status(), "members": state.Snapshot().Members} },

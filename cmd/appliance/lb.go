@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
@@ -40,14 +38,7 @@ healthy), checked with HTTPS GET /readyz (API) and /healthz (MCS). While a pool
 has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger()
-			if err != nil {
-				return err
-			}
-			if f.config == "" {
-				return errors.New("lb: give --config appliance.yaml")
-			}
-			cfg, err := cluster.Load(f.config)
+			log, cfg, err := g.serviceStart("lb", f.config)
 			if err != nil {
 				return err
 			}
@@ -56,10 +47,7 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			opts.MCS.Disabled = f.noMCS
 			opts.Balance = f.balance
 			opts.Redirect = !f.noRedirect
-			listen := cfg.Admin.Listen
-			if cmd.Flags().Changed("admin-listen") {
-				listen = f.adminListen
-			}
+			listen := adminListen(cmd, f.adminListen, cfg)
 
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

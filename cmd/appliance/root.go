@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"appliance/internal/cluster"
 )
 
 // globalFlags are the flags every subcommand shares.
@@ -36,6 +38,32 @@ func newRootCmd() *cobra.Command {
 // each registers itself from its own file's init so adding one touches
 // only that file.
 var serviceCmds []func(*globalFlags) *cobra.Command
+
+// serviceStart is how every service subcommand begins: the logger, then the
+// validated config (a missing --config is a usage error naming the service).
+func (g *globalFlags) serviceStart(service, path string) (*slog.Logger, *cluster.Config, error) {
+	log, err := g.logger()
+	if err != nil {
+		return nil, nil, err
+	}
+	if path == "" {
+		return nil, nil, fmt.Errorf("%s: give --config appliance.yaml (or an installer install-config.yaml)", service)
+	}
+	cfg, err := cluster.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return log, cfg, nil
+}
+
+// adminListen is the admin address: --admin-listen when given, else
+// admin.listen from the config.
+func adminListen(cmd *cobra.Command, flagValue string, cfg *cluster.Config) string {
+	if cmd.Flags().Changed("admin-listen") || cfg.Admin.Listen == "" {
+		return flagValue
+	}
+	return cfg.Admin.Listen
+}
 
 // logger builds the process logger from the global flags.
 func (g *globalFlags) logger() (*slog.Logger, error) {

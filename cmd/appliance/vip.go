@@ -184,11 +184,7 @@ func (f *vipFlags) fromConfig(cmd *cobra.Command) ([]vrrp.Config, string, error)
 	if len(out) == 0 {
 		return nil, "", fmt.Errorf("vip: node %s (role %s) holds no VIP in %s", self.Name, self.Role, f.config)
 	}
-	listen := cfg.Admin.Listen
-	if cmd.Flags().Changed("admin-listen") {
-		listen = f.adminListen
-	}
-	return out, listen, nil
+	return out, adminListen(cmd, f.adminListen, cfg), nil
 }
 
 // runVIPs runs the instances and the admin listener until ctx ends.
