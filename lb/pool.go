@@ -16,8 +16,8 @@ import (
 
 // Balancing algorithms.
 const (
-	RoundRobin       = "roundrobin"
-	LeastConnections = "leastconn"
+	RoundRobin       = cluster.LBRoundRobin
+	LeastConnections = cluster.LBLeastConn
 )
 
 // fullWeight is every backend's weight once slow start is over; slow start

@@ -52,7 +52,7 @@ this node's own addresses, re-read when it changes.`,
 			state := cluster.NewState(cfg)
 			srv, err := dnsserver.New(cfg, state, dnsserver.Options{
 				Listen: f.listen, ResolvConf: f.resolvConf, QueryLog: f.queryLog,
-				MDNS: dnsserver.MDNSOptions{Enabled: f.mdns},
+				MDNS: dnsserver.MDNSOptions{Enabled: cfg.DNS.MDNS || f.mdns},
 			}, log)
 			if err != nil {
 				return err
@@ -88,6 +88,6 @@ this node's own addresses, re-read when it changes.`,
 	fl.StringVar(&f.adminListen, "admin-listen", cluster.DefaultAdminListen, "admin HTTP listener (/metrics, /status, /healthz, /readyz); default admin.listen from the config")
 	fl.StringVar(&f.resolvConf, "resolv-conf", "", "resolv.conf to take upstreams from (default NetworkManager's when present, else /etc/resolv.conf)")
 	fl.BoolVar(&f.queryLog, "query-log", false, "log every query")
-	fl.BoolVar(&f.mdns, "mdns", false, "publish this node and discover the others with multicast DNS")
+	fl.BoolVar(&f.mdns, "mdns", false, "publish this node and discover the others with multicast DNS (default dns.mdns)")
 	return cmd
 }

@@ -44,9 +44,13 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			}
 			opts := lb.DefaultOptions()
 			opts.API.Listen, opts.MCS.Listen = f.apiListen, f.mcsListen
-			opts.MCS.Disabled = f.noMCS
-			opts.Balance = f.balance
-			opts.Redirect = !f.noRedirect
+			// The file decides; a flag given on the command line overrides it.
+			opts.MCS.Disabled = !cfg.LB.MCS || f.noMCS
+			opts.Balance = cfg.LB.Balance
+			if cmd.Flags().Changed("balance") {
+				opts.Balance = f.balance
+			}
+			opts.Redirect = cfg.LB.Redirect && !f.noRedirect
 			listen := adminListen(cmd, f.adminListen, cfg)
 
 			reg := prometheus.NewRegistry()
@@ -74,7 +78,7 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9447", "admin HTTP listener (/metrics, /status, /healthz, /readyz); default from the config")
 	fl.StringVar(&f.apiListen, "api-listen", d.API.Listen, "API proxy listener (VIP:6443 is redirected here)")
 	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")
-	fl.StringVar(&f.balance, "balance", d.Balance, "balancing: roundrobin or leastconn")
+	fl.StringVar(&f.balance, "balance", d.Balance, "balancing: roundrobin or leastconn (default lb.balance)")
 	fl.BoolVar(&f.noRedirect, "no-redirect", false, "do not install the nftables VIP redirect")
 	fl.BoolVar(&f.noMCS, "no-mcs", false, "do not balance the Machine Config Server")
 	return cmd

@@ -64,6 +64,8 @@ type Config struct {
 	Nodes   []Node
 	VRRP    VRRP
 	DHCP    DHCP
+	LB      LB
+	DNS     DNS
 	Admin   Admin
 }
 
@@ -156,6 +158,24 @@ type Range struct{ Start, End netip.Addr }
 
 // IsZero reports whether the range is unset.
 func (r Range) IsZero() bool { return !r.Start.IsValid() }
+
+// Load-balancing algorithms (lb.balance).
+const (
+	LBRoundRobin = "roundrobin"
+	LBLeastConn  = "leastconn"
+)
+
+// LB configures the API and Machine Config Server load balancer.
+type LB struct {
+	Balance  string // LBRoundRobin (default) or LBLeastConn
+	MCS      bool   // balance the Machine Config Server too (default true)
+	Redirect bool   // install the nftables VIP redirect (default true)
+}
+
+// DNS configures the cluster DNS service.
+type DNS struct {
+	MDNS bool // publish this node and learn the others with multicast DNS
+}
 
 // Admin configures the admin HTTP listener.
 type Admin struct {

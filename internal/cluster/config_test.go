@@ -239,6 +239,13 @@ func TestParseBad(t *testing.T) {
 		{name: "dhcp search bad", muts: []mut{{"dhcp.searchDomains", []any{"not a domain"}}}, wantPath: "dhcp.searchDomains[0]", wantMsg: "not a DNS name"},
 		{name: "dhcp pool not mapping", muts: []mut{{"dhcp.pool", "192.168.126.100-192.168.126.199"}}, wantPath: "dhcp.pool", wantMsg: "want a mapping"},
 
+		// lb, dns
+		{name: "lb balance unknown", muts: []mut{{"lb.balance", "random"}}, wantPath: "lb.balance", wantMsg: "want roundrobin or leastconn"},
+		{name: "lb redirect not bool", muts: []mut{{"lb.redirect", "yes please"}}, wantPath: "lb.redirect", wantMsg: "want true or false"},
+		{name: "lb unknown field", muts: []mut{{"lb.algorithm", "leastconn"}}, wantPath: "lb.algorithm", wantMsg: "unknown field"},
+		{name: "dns mdns not bool", muts: []mut{{"dns.mdns", "on"}}, wantPath: "dns.mdns", wantMsg: "want true or false"},
+		{name: "dns unknown field", muts: []mut{{"dns.listen", ":53"}}, wantPath: "dns.listen", wantMsg: "unknown field"},
+
 		// admin
 		{name: "listen no port", muts: []mut{{"admin.listen", "127.0.0.1"}}, wantPath: "admin.listen", wantMsg: "is not host:port"},
 		{name: "listen bad port", muts: []mut{{"admin.listen", "127.0.0.1:http"}}, wantPath: "admin.listen", wantMsg: `has port "http"`},
@@ -320,6 +327,7 @@ func TestParseGood(t *testing.T) {
 				},
 				VRRP:  VRRP{Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
 				DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
+				LB:    LB{Balance: LBRoundRobin, MCS: true, Redirect: true},
 				Admin: Admin{Listen: DefaultAdminListen},
 			}
 			if !reflect.DeepEqual(c, want) {

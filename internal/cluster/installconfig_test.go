@@ -37,6 +37,7 @@ func TestInstallConfigTestdata(t *testing.T) {
 		},
 		VRRP:  VRRP{Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
 		DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
+		LB:    LB{Balance: LBRoundRobin, MCS: true, Redirect: true},
 		Admin: Admin{Listen: DefaultAdminListen},
 	}
 	if !reflect.DeepEqual(c, want) {

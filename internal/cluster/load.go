@@ -96,7 +96,19 @@ type rawConfig struct {
 	Nodes   []rawNode  `json:"nodes"`
 	VRRP    rawVRRP    `json:"vrrp"`
 	DHCP    rawDHCP    `json:"dhcp"`
+	LB      rawLB      `json:"lb"`
+	DNS     rawDNS     `json:"dns"`
 	Admin   rawAdmin   `json:"admin"`
+}
+
+type rawLB struct {
+	Balance  string `json:"balance"`
+	MCS      *bool  `json:"mcs"`
+	Redirect *bool  `json:"redirect"`
+}
+
+type rawDNS struct {
+	MDNS *bool `json:"mdns"`
 }
 
 type rawCluster struct {

@@ -97,8 +97,30 @@ func (v *validator) validate(r *rawConfig) *Config {
 	v.networkRest(r, c, vips)
 	v.vrrp(r, c, vips)
 	v.dhcp(r, c)
+	v.lbAndDNS(r, c)
 	v.admin(r, c)
 	return c
+}
+
+// lbAndDNS fills the lb and dns sections; they hold choices, not addresses.
+func (v *validator) lbAndDNS(r *rawConfig, c *Config) {
+	switch b := r.LB.Balance; b {
+	case "":
+		c.LB.Balance = LBRoundRobin
+	case LBRoundRobin, LBLeastConn:
+		c.LB.Balance = b
+	default:
+		v.add("lb.balance", "%q is not an algorithm; want %s or %s", b, LBRoundRobin, LBLeastConn)
+	}
+	orDefault := func(b *bool, d bool) bool {
+		if b == nil {
+			return d
+		}
+		return *b
+	}
+	c.LB.MCS = orDefault(r.LB.MCS, true)
+	c.LB.Redirect = orDefault(r.LB.Redirect, true)
+	c.DNS.MDNS = orDefault(r.DNS.MDNS, false)
 }
 
 // dhcp validates the dhcp section; everything in it is optional.

@@ -190,3 +190,19 @@ dhcp:
 		t.Errorf("defaults = %+v; want no pool and the default lease time", def)
 	}
 }
+
+func TestParseLBAndDNSSections(t *testing.T) {
+	cfg := mustParseVIPs(t, `
+cluster: {name: ocp4, baseDomain: example.com}
+network: {machineCIDR: 192.168.126.0/24, apiVIPs: [192.168.126.5]}
+lb: {balance: leastconn, mcs: false, redirect: false}
+dns: {mdns: true}
+`)
+	if cfg.LB != (LB{Balance: LBLeastConn}) || !cfg.DNS.MDNS {
+		t.Errorf("lb %+v dns %+v", cfg.LB, cfg.DNS)
+	}
+	def := mustParseVIPs(t, dualStack)
+	if def.LB != (LB{Balance: LBRoundRobin, MCS: true, Redirect: true}) || def.DNS.MDNS {
+		t.Errorf("defaults: lb %+v dns %+v", def.LB, def.DNS)
+	}
+}
