@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"appliance/dhcp"
 	"appliance/internal/admin"
@@ -56,15 +55,8 @@ its address, host name, router, DNS and domain.
 			if err != nil {
 				return err
 			}
-			adm, err := admin.New(admin.Options{Listen: listen, Registry: reg,
-				Status: func() any { return map[string]any{"dhcp": srv.Status()} }}, log)
-			if err != nil {
-				return err
-			}
-			eg, ctx := errgroup.WithContext(cmd.Context())
-			eg.Go(func() error { return adm.Run(ctx) })
-			eg.Go(func() error { return srv.Run(ctx) })
-			return eg.Wait()
+			return serve(cmd.Context(), admin.Options{Listen: listen, Registry: reg,
+				Status: func() any { return map[string]any{"dhcp": srv.Status()} }}, log, srv.Run)
 		},
 	}
 	fl := cmd.Flags()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"appliance/dnsserver"
 	"appliance/internal/admin"
@@ -69,17 +68,10 @@ this node's own addresses, re-read when it changes.`,
 				}
 			}
 			listen := adminListen(cmd, f.adminListen, cfg)
-			adm, err := admin.New(admin.Options{
+			return serve(cmd.Context(), admin.Options{
 				Listen: listen, Registry: reg, Ready: srv.Ready,
 				Status: func() any { return map[string]any{"dns": srv.Status(), "members": state.Snapshot().Members} },
-			}, log)
-			if err != nil {
-				return err
-			}
-			eg, ctx := errgroup.WithContext(cmd.Context())
-			eg.Go(func() error { return adm.Run(ctx) })
-			eg.Go(func() error { return srv.Run(ctx) })
-			return eg.Wait()
+			}, log, srv.Run)
 		},
 	}
 	fl := cmd.Flags()

@@ -4,7 +4,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
@@ -59,18 +58,11 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			if err != nil {
 				return err
 			}
-			adm, err := admin.New(admin.Options{
+			return serve(cmd.Context(), admin.Options{
 				Listen: listen, Registry: reg,
 				Status: func() any { return map[string]any{"lb": balancer.Status()} },
 				Ready:  func() error { return balancer.Ready(cmd.Context()) },
-			}, log)
-			if err != nil {
-				return err
-			}
-			eg, ctx := errgroup.WithContext(cmd.Context())
-			eg.Go(func() error { return adm.Run(ctx) })
-			eg.Go(func() error { return balancer.Run(ctx) })
-			return eg.Wait()
+			}, log, balancer.Run)
 		},
 	}
 	fl := cmd.Flags()
