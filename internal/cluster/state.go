@@ -154,14 +154,7 @@ func (s *State) UpsertMember(m Member) {
 	if found && memberEqual(cur.Members[i], m) {
 		return
 	}
-	next := &Snapshot{VIPs: cur.VIPs}
-	if found {
-		next.Members = slices.Clone(cur.Members)
-		next.Members[i] = m
-	} else {
-		next.Members = slices.Insert(slices.Clip(cur.Members), i, m)
-	}
-	s.publish(cur, next)
+	s.publish(cur, &Snapshot{VIPs: cur.VIPs, Members: putSorted(cur.Members, i, found, m)})
 }
 
 // RemoveMember removes the member called name if its entry came from src, so
@@ -196,14 +189,7 @@ func (s *State) SetVIP(v VIPStatus) {
 	if found && vipEqual(cur.VIPs[i], v) {
 		return
 	}
-	next := &Snapshot{Members: cur.Members}
-	if found {
-		next.VIPs = slices.Clone(cur.VIPs)
-		next.VIPs[i] = v
-	} else {
-		next.VIPs = slices.Insert(slices.Clip(cur.VIPs), i, v)
-	}
-	s.publish(cur, next)
+	s.publish(cur, &Snapshot{Members: cur.Members, VIPs: putSorted(cur.VIPs, i, found, v)})
 }
 
 // RemoveVIP drops a VIP's status, e.g. when its virtual router stops. It
@@ -284,4 +270,16 @@ func vipEqual(a, b VIPStatus) bool {
 	ta, tb := a.Since, b.Since
 	a.Since, b.Since = time.Time{}, time.Time{}
 	return a == b && ta.Equal(tb)
+}
+
+// putSorted returns a copy of list with v at index i, replacing the element
+// there when found (as slices.BinarySearch reports it) and inserting
+// otherwise. The published snapshot's slice is never modified.
+func putSorted[T any](list []T, i int, found bool, v T) []T {
+	if found {
+		out := slices.Clone(list)
+		out[i] = v
+		return out
+	}
+	return slices.Insert(slices.Clip(list), i, v)
 }
