@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"appliance/internal/netlab"
 )
 
 // openShiftCorefile is OpenShift's on-prem CoreDNS configuration for the
@@ -153,7 +155,7 @@ func TestBenchDNS(t *testing.T) {
 		}},
 		{"coredns (OpenShift Corefile)", func(port int) *exec.Cmd {
 			cf := filepath.Join(dir, "Corefile")
-			writeFile(t, cf, fmt.Sprintf(openShiftCorefile, freeAddr(t), up.addr.String(), hosts.String()))
+			writeFile(t, cf, fmt.Sprintf(openShiftCorefile, netlab.FreeLoopbackAddr(t), up.addr.String(), hosts.String()))
 			return exec.Command(coredns, "-conf", cf, "-dns.port", strconv.Itoa(port), "-quiet")
 		}},
 		{"dnsmasq", func(port int) *exec.Cmd {
@@ -177,7 +179,7 @@ func TestBenchDNS(t *testing.T) {
 		if only := os.Getenv("BENCH_DNS_ONLY"); only != "" && !strings.HasPrefix(s.name, only) {
 			continue
 		}
-		addr := freeAddr(t)
+		addr := netlab.FreeLoopbackAddr(t)
 		_, portS, _ := net.SplitHostPort(addr)
 		port, _ := strconv.Atoi(portS)
 		cmd := s.start(port)

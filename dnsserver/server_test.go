@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"appliance/internal/cluster"
+	"appliance/internal/netlab"
 )
 
 func testConfig() *cluster.Config {
@@ -90,31 +91,11 @@ func startUpstream(t *testing.T, answer string) *fakeUpstream {
 	return u
 }
 
-// freeAddr finds a loopback port free for both UDP and TCP (":0" would give
-// the two listeners different ports).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc, err := net.ListenPacket("udp", ln.Addr().String())
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return ln.Addr().String()
-		}
-	}
-	t.Fatal("no free port")
-	return ""
-}
-
 // startServer runs a Server on a free loopback port until the test ends.
 func startServer(t *testing.T, cfg *cluster.Config, state *cluster.State, opts Options) (*Server, string) {
 	t.Helper()
 	if opts.Listen == "" {
-		opts.Listen = freeAddr(t)
+		opts.Listen = netlab.FreeLoopbackAddr(t)
 	}
 	s, err := New(cfg, state, opts, testLogger(t))
 	if err != nil {
@@ -335,7 +316,7 @@ func TestStopReleasesListeners(t *testing.T) {
 	up := startUpstream(t, "192.0.2.53")
 	cfg := testConfig()
 	cfg.Network.UpstreamDNS = []netip.AddrPort{up.addr}
-	addr := freeAddr(t)
+	addr := netlab.FreeLoopbackAddr(t)
 	for i := range 2 {
 		s, err := New(cfg, cluster.NewState(cfg), Options{Listen: addr}, testLogger(t))
 		if err != nil {

@@ -22,6 +22,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"appliance/internal/netlab"
 )
 
 func TestVIPLabel(t *testing.T) {
@@ -66,17 +68,6 @@ func TestNormPrefix(t *testing.T) {
 	}
 }
 
-func vipRequireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root (CAP_NET_ADMIN, CAP_NET_RAW); CI must run it")
-	}
-	t.Skip("needs root")
-}
-
 // vipTestNet is two network namespaces made by the test, joined by a veth
 // pair: "vipa0" in A (the node holding VIPs), "vipb0" in B (a neighbour).
 // Nothing is created in or changed about the test process's own namespace.
@@ -101,7 +92,7 @@ func vipIP(t *testing.T, args ...string) string {
 
 func vipNewTestNet(t *testing.T) *vipTestNet {
 	t.Helper()
-	vipRequireRoot(t)
+	netlab.RequireRoot(t)
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatalf("iproute2 is needed: %v", err)
 	}

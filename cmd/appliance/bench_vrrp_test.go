@@ -166,7 +166,7 @@ func ratio(a, b series) string {
 }
 
 func TestBenchVRRPFailover(t *testing.T) {
-	requireRoot(t)
+	netlab.RequireRoot(t)
 	impls := []vrrpImpl{
 		applianceImpl(cluster.DefaultAdvertInterval), // our default
 		keepalivedImpl(2, "1"),                       // keepalived's default (v2, 1 s)
@@ -249,7 +249,7 @@ func soakDuration() time.Duration {
 // default interval, side by side for BENCH_SOAK (10 min) while stress-ng
 // loads both cores, and counts false takeovers (any change of holder).
 func TestBenchVRRPSoak(t *testing.T) {
-	requireRoot(t)
+	netlab.RequireRoot(t)
 	if _, err := exec.LookPath("stress-ng"); err != nil {
 		t.Fatal("stress-ng is not installed (make test-deps installs it)")
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,26 +14,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-)
 
-// dnsTestFreeAddr finds a loopback port free for both UDP and TCP.
-func dnsTestFreeAddr(t *testing.T) string {
-	t.Helper()
-	for range 20 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc, err := net.ListenPacket("udp", ln.Addr().String())
-		ln.Close()
-		if err == nil {
-			pc.Close()
-			return ln.Addr().String()
-		}
-	}
-	t.Fatal("no free port")
-	return ""
-}
+	"appliance/internal/netlab"
+)
 
 func writeDNSConfig(t *testing.T, upstream string) string {
 	t.Helper()
@@ -53,7 +35,7 @@ func writeDNSConfig(t *testing.T, upstream string) string {
 // TestDNSCommand runs `appliance dns` on loopback: it answers cluster names,
 // serves its metrics and readiness on the admin port, and stops on SIGTERM.
 func TestDNSCommand(t *testing.T) {
-	listen, adminListen := dnsTestFreeAddr(t), dnsTestFreeAddr(t)
+	listen, adminListen := netlab.FreeLoopbackAddr(t), netlab.FreeLoopbackAddr(t)
 	cfg := writeDNSConfig(t, "192.0.2.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -111,7 +93,7 @@ func TestDNSCommandNoUpstream(t *testing.T) {
 	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(selfExe(t), "dns", "--config", writeDNSConfig(t, ""), "--listen", dnsTestFreeAddr(t), "--admin-listen", dnsTestFreeAddr(t), "--resolv-conf", resolv)
+	cmd := exec.Command(selfExe(t), "dns", "--config", writeDNSConfig(t, ""), "--listen", netlab.FreeLoopbackAddr(t), "--admin-listen", netlab.FreeLoopbackAddr(t), "--resolv-conf", resolv)
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
 	out, err := cmd.CombinedOutput()
 	want := "dns: no upstream resolver left after removing this node's own addresses from " + resolv + " (nameserver 127.0.0.1); set network.upstreamDNS"

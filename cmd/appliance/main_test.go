@@ -40,19 +40,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// requireRoot skips a test that needs root, except under CI=true where a
-// missing privilege must fail loudly instead of passing silently.
-func requireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("this test needs root, and CI=true: run the suite as root")
-	}
-	t.Skip("needs root (network namespaces, raw sockets)")
-}
-
 // selfExe is the path of this test binary.
 func selfExe(t testing.TB) string {
 	t.Helper()

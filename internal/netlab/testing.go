@@ -2,6 +2,7 @@ package netlab
 
 import (
 	"context"
+	"net"
 	"os"
 	"testing"
 )
@@ -53,4 +54,25 @@ func (l *Lab) logOutputs(t testing.TB) {
 		}
 		t.Logf("netlab: %s: %s (pid %d) output:\n%s", p.where, p.Cmd.String(), p.Pid(), out)
 	}
+}
+
+// FreeLoopbackAddr returns a 127.0.0.1 port free for both UDP and TCP, for
+// servers that listen on both at one address (":0" would give the two
+// listeners different ports).
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	for range 20 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := net.ListenPacket("udp", ln.Addr().String())
+		ln.Close()
+		if err == nil {
+			pc.Close()
+			return ln.Addr().String()
+		}
+	}
+	t.Fatal("netlab: no loopback port free for both UDP and TCP")
+	return ""
 }
