@@ -67,6 +67,8 @@ type Config struct {
 	LB      LB
 	DNS     DNS
 	Admin   Admin
+	// Provision is nil unless the file has a provision section.
+	Provision *Provision
 }
 
 // Cluster names the cluster.

@@ -99,6 +99,8 @@ type rawConfig struct {
 	LB      rawLB      `json:"lb"`
 	DNS     rawDNS     `json:"dns"`
 	Admin   rawAdmin   `json:"admin"`
+
+	Provision *rawProvision `json:"provision"`
 }
 
 type rawLB struct {

@@ -62,7 +62,7 @@ func (v *validator) isBad(path string) bool {
 
 // sectionRank orders problems by section, in the order a file is written.
 func sectionRank(path string) int {
-	for i, s := range []string{"", "cluster", "network", "nodes", "vrrp", "admin"} {
+	for i, s := range []string{"", "cluster", "network", "nodes", "vrrp", "admin", "provision"} {
 		if path == s || strings.HasPrefix(path, s+".") || strings.HasPrefix(path, s+"[") {
 			return i
 		}
@@ -99,6 +99,7 @@ func (v *validator) validate(r *rawConfig) *Config {
 	v.dhcp(r, c)
 	v.lbAndDNS(r, c)
 	v.admin(r, c)
+	v.provision(r, c)
 	return c
 }
 
