@@ -1,0 +1,278 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Action is what apply will do for one machine.
+type Action string
+
+// Actions.
+const (
+	ActionCreate   Action = "create"   // nothing exists yet
+	ActionComplete Action = "complete" // an interrupted apply left it half-built
+	ActionNone     Action = "exists"   // complete; apply leaves it alone
+)
+
+// PlanItem is one machine of the spec and what exists for it.
+type PlanItem struct {
+	Machine Machine
+	// Existing is the platform's VM for this machine, nil when none.
+	Existing *VM
+	Action   Action
+}
+
+// Plan is the difference between the spec and the platform.
+type Plan struct {
+	Items []PlanItem
+	// Stray lists VMs carrying the infra ID that the spec no longer names
+	// (a node removed from appliance.yaml); apply leaves them, destroy
+	// removes them.
+	Stray []VM
+}
+
+// Pending reports whether apply has anything to build.
+func (p *Plan) Pending() bool {
+	for _, it := range p.Items {
+		if it.Action != ActionNone {
+			return true
+		}
+	}
+	return false
+}
+
+// Diff compares spec with the VMs the platform reported. It is pure. A VM is
+// matched to a machine by the node name recorded in its mark, and by name as
+// a fallback for providers that record only the name.
+func Diff(spec *Spec, vms []VM) *Plan {
+	byNode := map[string]*VM{}
+	for i := range vms {
+		v := &vms[i]
+		key := v.Node
+		if key == "" {
+			key = "\x00" + v.Name
+		}
+		byNode[key] = v
+	}
+	p := &Plan{}
+	used := map[*VM]bool{}
+	for _, m := range spec.Machines {
+		v := byNode[m.Node]
+		if v == nil {
+			v = byNode["\x00"+m.Name]
+		}
+		it := PlanItem{Machine: m, Action: ActionCreate}
+		if v != nil {
+			used[v] = true
+			it.Existing = v
+			it.Action = ActionNone
+			if !v.Complete {
+				it.Action = ActionComplete
+			}
+		}
+		p.Items = append(p.Items, it)
+	}
+	for i := range vms {
+		if !used[&vms[i]] {
+			p.Stray = append(p.Stray, vms[i])
+		}
+	}
+	return p
+}
+
+// MakePlan lists what exists on the platform and diffs it with spec.
+func MakePlan(ctx context.Context, pr Provider, spec *Spec) (*Plan, error) {
+	vms, err := pr.List(ctx, spec.InfraID)
+	if err != nil {
+		return nil, fmt.Errorf("platform: list %s: %w", spec.InfraID, err)
+	}
+	return Diff(spec, vms), nil
+}
+
+// Event is one progress report from Apply.
+type Event struct {
+	// Machine is the VM name, or "" for the shared base image.
+	Machine string
+	// Stage says what is happening ("uploading image", "creating disk",
+	// "starting", "done", "failed").
+	Stage string
+	// Done and Total count bytes while an image uploads.
+	Done, Total int64
+	// Finished is set on the last event of a machine (or the image); Err
+	// tells success from failure.
+	Finished bool
+	Err      error
+}
+
+// ApplyOptions tunes Apply.
+type ApplyOptions struct {
+	// Parallel bounds how many machines are built at once; 1 is one at a
+	// time. 0 means 8.
+	Parallel int
+	// NoStart leaves the VMs powered off.
+	NoStart bool
+	// Progress, when set, receives every event. Calls are serialised.
+	Progress func(Event)
+}
+
+// Result says what Apply did.
+type Result struct {
+	Created, Completed, Existing, Started []string
+	Elapsed                               time.Duration
+}
+
+// Apply builds every machine the plan says is missing or incomplete, at most
+// opts.Parallel at once, then starts them all. A machine that fails does not
+// stop the others, so a re-run has less to do; the returned error joins every
+// failure, each naming its machine. Apply is safe to re-run at any point: the
+// plan and the providers' idempotent methods resume where it stopped.
+func Apply(ctx context.Context, pr Provider, spec *Spec, opts ApplyOptions) (*Result, error) {
+	start := time.Now()
+	if opts.Parallel <= 0 {
+		opts.Parallel = 8
+	}
+	var mu sync.Mutex
+	emit := func(e Event) {
+		if opts.Progress != nil {
+			mu.Lock()
+			opts.Progress(e)
+			mu.Unlock()
+		}
+	}
+
+	plan, err := MakePlan(ctx, pr, spec)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{}
+	var build []Machine
+	for _, it := range plan.Items {
+		switch it.Action {
+		case ActionCreate:
+			build = append(build, it.Machine)
+			res.Created = append(res.Created, it.Machine.Name)
+		case ActionComplete:
+			build = append(build, it.Machine)
+			res.Completed = append(res.Completed, it.Machine.Name)
+		default:
+			res.Existing = append(res.Existing, it.Machine.Name)
+			emit(Event{Machine: it.Machine.Name, Stage: "exists", Finished: true})
+		}
+	}
+
+	if len(build) > 0 {
+		emit(Event{Stage: "preparing image"})
+		err := pr.PrepareImage(ctx, spec, func(done, total int64) {
+			emit(Event{Stage: "uploading image", Done: done, Total: total})
+		})
+		if err != nil {
+			err = fmt.Errorf("platform: base image: %w", err)
+			emit(Event{Stage: "failed", Finished: true, Err: err})
+			return res, err
+		}
+		emit(Event{Stage: "image ready", Finished: true})
+	}
+
+	errs := forEach(ctx, build, opts.Parallel, func(ctx context.Context, m Machine) error {
+		emit(Event{Machine: m.Name, Stage: "creating"})
+		err := pr.Create(ctx, spec, m, func(stage string) {
+			emit(Event{Machine: m.Name, Stage: stage})
+		})
+		if err != nil {
+			err = fmt.Errorf("platform: create %s: %w", m.Name, err)
+			emit(Event{Machine: m.Name, Stage: "failed", Finished: true, Err: err})
+			return err
+		}
+		if opts.NoStart {
+			emit(Event{Machine: m.Name, Stage: "created", Finished: true})
+		} else {
+			emit(Event{Machine: m.Name, Stage: "created, waiting to start"})
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		res.Elapsed = time.Since(start)
+		return res, err
+	}
+	if opts.NoStart {
+		res.Elapsed = time.Since(start)
+		return res, nil
+	}
+
+	// Start last, once every VM exists: a master that boots before its
+	// peers are defined only waits, but a half-built cluster that is running
+	// is harder to reason about (and oVirt's affinity groups must be whole
+	// before placement).
+	var toStart []Machine
+	for _, it := range plan.Items {
+		if it.Existing != nil && it.Existing.Power == PowerRunning {
+			continue
+		}
+		toStart = append(toStart, it.Machine)
+	}
+	errs = forEach(ctx, toStart, opts.Parallel, func(ctx context.Context, m Machine) error {
+		emit(Event{Machine: m.Name, Stage: "starting"})
+		if err := pr.Start(ctx, spec, m); err != nil {
+			err = fmt.Errorf("platform: start %s: %w", m.Name, err)
+			emit(Event{Machine: m.Name, Stage: "failed", Finished: true, Err: err})
+			return err
+		}
+		mu.Lock()
+		res.Started = append(res.Started, m.Name)
+		mu.Unlock()
+		emit(Event{Machine: m.Name, Stage: "running", Finished: true})
+		return nil
+	})
+	slices.Sort(res.Started)
+	res.Elapsed = time.Since(start)
+	return res, errors.Join(errs...)
+}
+
+// forEach runs fn for every machine, at most limit at once, and returns the
+// errors in machine order. A cancelled ctx stops machines not yet begun.
+func forEach(ctx context.Context, ms []Machine, limit int, fn func(context.Context, Machine) error) []error {
+	errs := make([]error, len(ms))
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("platform: %s not begun: %w", m.Name, ctx.Err())
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = fn(ctx, m)
+		}()
+	}
+	wg.Wait()
+	return slices.DeleteFunc(errs, func(e error) bool { return e == nil })
+}
+
+// StatusRow is one machine's state for `provision status`.
+type StatusRow struct {
+	Machine Machine
+	// VM is nil when the machine does not exist.
+	VM *VM
+}
+
+// Status lists every machine of spec with what the platform reports, and
+// the stray VMs carrying the infra ID.
+func Status(ctx context.Context, pr Provider, spec *Spec) ([]StatusRow, []VM, error) {
+	plan, err := MakePlan(ctx, pr, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := make([]StatusRow, len(plan.Items))
+	for i, it := range plan.Items {
+		rows[i] = StatusRow{Machine: it.Machine, VM: it.Existing}
+	}
+	return rows, plan.Stray, nil
+}
