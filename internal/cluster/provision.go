@@ -45,11 +45,17 @@ type Provision struct {
 // ProvisionImage says where the base OS image comes from: a local file, a
 // URL, or (the default) the RHCOS stream metadata.
 type ProvisionImage struct {
-	Stream   string // stream metadata URL or file; "" means the built-in default
-	URL      string // a direct image URL instead of the stream
-	SHA256   string // the uncompressed image's digest, required with URL
+	Stream string // stream metadata URL or file; "" means the built-in default
+	Arch   string // architecture picked from the stream; "" means x86_64
+	URL    string // a direct image URL instead of the stream
+	// SHA256 is the digest of the file at URL as downloaded (required with
+	// URL), or of File (optional; checked when set).
+	SHA256   string
 	File     string // a local, uncompressed image file instead of a download
 	CacheDir string // "" means the user's cache directory
+	// Flavor says how a URL or File image reads Ignition: "qemu" (fw_cfg)
+	// or "openstack" (config drive); "" means the platform's usual one.
+	Flavor string
 	// ContainerDisk is a container image holding the disk (KubeVirt only).
 	ContainerDisk string
 }
@@ -75,6 +81,10 @@ type LibvirtPlatform struct {
 	Network    string // libvirt network; exclusive with Bridge
 	Bridge     string // host bridge; exclusive with Network
 	DomainType string // "kvm" (default) or "qemu" (software emulation)
+	// Socket overrides a local URI's unix socket path.
+	Socket   string
+	Machine  string // machine type, e.g. q35; "" means libvirt's default
+	Firmware string // "" (BIOS) or "efi"
 }
 
 // OVirtPlatform places VMs on an oVirt/RHV engine. The engine URL and the
@@ -85,6 +95,9 @@ type OVirtPlatform struct {
 	ClusterID       string
 	StorageDomainID string
 	VNICProfileID   string
+	// Affinity is "enforcing" (default), "soft" or "none": the negative VM
+	// affinity groups that keep masters (and workers) on different hosts.
+	Affinity string
 	// Insecure skips TLS verification of the engine: an explicit opt-out.
 	Insecure bool
 }
@@ -111,10 +124,12 @@ type rawProvision struct {
 
 type rawProvisionImage struct {
 	Stream        string `json:"stream"`
+	Arch          string `json:"arch"`
 	URL           string `json:"url"`
 	SHA256        string `json:"sha256"`
 	File          string `json:"file"`
 	CacheDir      string `json:"cacheDir"`
+	Flavor        string `json:"flavor"`
 	ContainerDisk string `json:"containerDisk"`
 }
 
@@ -130,6 +145,9 @@ type rawLibvirt struct {
 	Network    string `json:"network"`
 	Bridge     string `json:"bridge"`
 	DomainType string `json:"domainType"`
+	Socket     string `json:"socket"`
+	Machine    string `json:"machine"`
+	Firmware   string `json:"firmware"`
 }
 
 type rawOVirt struct {
@@ -137,6 +155,7 @@ type rawOVirt struct {
 	ClusterID       string `json:"clusterID"`
 	StorageDomainID string `json:"storageDomainID"`
 	VNICProfileID   string `json:"vnicProfileID"`
+	Affinity        string `json:"affinity"`
 	Insecure        bool   `json:"insecure"`
 }
 
@@ -259,7 +278,7 @@ func (v *validator) provisionImage(rp *rawProvision, p *Provision) {
 	if ri.URL != "" {
 		v.httpURL("provision.image.url", ri.URL)
 		if ri.SHA256 == "" {
-			v.add("provision.image.sha256", "required with url: the uncompressed image's sha256, so the download can be verified")
+			v.add("provision.image.sha256", "required with url: the sha256 of the file at url (as downloaded), so the download can be verified")
 		}
 	}
 	if ri.SHA256 != "" {
@@ -269,6 +288,19 @@ func (v *validator) provisionImage(rp *rawProvision, p *Provision) {
 		if ri.URL == "" && ri.File == "" {
 			v.add("provision.image.sha256", "set without url or file; the stream metadata carries its own digests")
 		}
+	}
+	switch ri.Flavor {
+	case "", "qemu", "openstack":
+	default:
+		v.add("provision.image.flavor", "%q is not a flavour; want qemu (Ignition over fw_cfg) or openstack (config drive)", ri.Flavor)
+	}
+	if ri.Flavor != "" && ri.URL == "" && ri.File == "" {
+		v.add("provision.image.flavor", "set without url or file; a stream image's flavour follows the platform")
+	}
+	switch ri.Arch {
+	case "", "x86_64", "aarch64", "ppc64le", "s390x":
+	default:
+		v.add("provision.image.arch", "%q is not an RHCOS architecture; want x86_64, aarch64, ppc64le or s390x", ri.Arch)
 	}
 	if ri.ContainerDisk != "" && rp.Platform != PlatformKubeVirt && rp.Platform != "" {
 		v.add("provision.image.containerDisk", "only KubeVirt boots from a container disk; use stream, url or file for %s", rp.Platform)
@@ -371,6 +403,14 @@ func (v *validator) libvirt(rp *rawProvision, p *Provision) {
 			v.add("provision.libvirt.bridge", "%q %s", l.Bridge, why)
 		}
 	}
+	if l.Socket != "" && !strings.HasPrefix(l.Socket, "/") {
+		v.add("provision.libvirt.socket", "%q is not an absolute path to a unix socket", l.Socket)
+	}
+	switch l.Firmware {
+	case "", "bios", "efi":
+	default:
+		v.add("provision.libvirt.firmware", "%q is not a firmware; want bios or efi", l.Firmware)
+	}
 	switch l.DomainType {
 	case "":
 		out.DomainType = "kvm"
@@ -386,6 +426,7 @@ func (v *validator) ovirt(rp *rawProvision, p *Provision) {
 	for _, f := range []struct{ path, val string }{
 		{"provision.ovirt.clusterID", o.ClusterID},
 		{"provision.ovirt.storageDomainID", o.StorageDomainID},
+		{"provision.ovirt.vnicProfileID", o.VNICProfileID},
 	} {
 		if f.val == "" {
 			v.add(f.path, "required: the engine's ID (a UUID) to create the VMs in")
@@ -393,8 +434,12 @@ func (v *validator) ovirt(rp *rawProvision, p *Provision) {
 			v.add(f.path, "%q is not a UUID (want e.g. 3f6a1b2c-0000-4d4e-9a8b-1234567890ab)", f.val)
 		}
 	}
-	if o.VNICProfileID != "" && !isUUID(o.VNICProfileID) {
-		v.add("provision.ovirt.vnicProfileID", "%q is not a UUID", o.VNICProfileID)
+	switch o.Affinity {
+	case "":
+		p.OVirt.Affinity = "enforcing"
+	case "enforcing", "soft", "none":
+	default:
+		v.add("provision.ovirt.affinity", "%q is not an affinity mode; want enforcing, soft (when there are fewer hosts than masters) or none", o.Affinity)
 	}
 }
 

@@ -20,7 +20,7 @@ func provisionDoc(platform string, section map[string]any) map[string]any {
 const testUUID = "3f6a1b2c-0000-4d4e-9a8b-1234567890ab"
 
 func TestProvisionBad(t *testing.T) {
-	ovirtOK := map[string]any{"clusterID": testUUID, "storageDomainID": testUUID}
+	ovirtOK := map[string]any{"clusterID": testUUID, "storageDomainID": testUUID, "vnicProfileID": testUUID}
 	kvOK := map[string]any{"namespace": "ocp", "network": "default/machine-net"}
 	cases := []struct {
 		name              string
@@ -45,6 +45,9 @@ func TestProvisionBad(t *testing.T) {
 		{name: "image url password", platform: "libvirt", muts: []mut{{"provision.image", map[string]any{"url": "https://u:hunter2@x/y", "sha256": strings.Repeat("a", 64)}}}, wantPath: "provision.image.url", wantMsg: "no credentials"},
 		{name: "image sha not hex", platform: "libvirt", muts: []mut{{"provision.image", map[string]any{"file": "/a", "sha256": "xyz"}}}, wantPath: "provision.image.sha256", wantMsg: "not a sha256"},
 		{name: "image stream and url", platform: "libvirt", muts: []mut{{"provision.image", map[string]any{"stream": "https://s/rhcos.json", "url": "https://x/y", "sha256": strings.Repeat("a", 64)}}}, wantPath: "provision.image.stream", wantMsg: "only read when none"},
+		{name: "image flavor", platform: "libvirt", muts: []mut{{"provision.image", map[string]any{"file": "/a", "flavor": "vmware"}}}, wantPath: "provision.image.flavor", wantMsg: "qemu (Ignition over fw_cfg)"},
+		{name: "image flavor with stream", platform: "libvirt", muts: []mut{{"provision.image", map[string]any{"flavor": "qemu"}}}, wantPath: "provision.image.flavor", wantMsg: "set without url or file"},
+		{name: "image arch", platform: "libvirt", muts: []mut{{"provision.image", map[string]any{"arch": "amd64"}}}, wantPath: "provision.image.arch", wantMsg: "want x86_64"},
 		{name: "containerDisk not kubevirt", platform: "libvirt", muts: []mut{{"provision.image", map[string]any{"containerDisk": "quay.io/x/rhcos:1"}}}, wantPath: "provision.image.containerDisk", wantMsg: "only KubeVirt"},
 		{name: "libvirt uri", platform: "libvirt", section: map[string]any{"uri": "not a uri"}, wantPath: "provision.libvirt.uri", wantMsg: "not a libvirt URI"},
 		{name: "libvirt uri password", platform: "libvirt", section: map[string]any{"uri": "qemu+tcp://root:pw@host/system"}, wantPath: "provision.libvirt.uri", wantMsg: "no credentials"},
@@ -55,7 +58,11 @@ func TestProvisionBad(t *testing.T) {
 		{name: "ovirt cluster missing", platform: "ovirt", section: map[string]any{"storageDomainID": testUUID}, wantPath: "provision.ovirt.clusterID", wantMsg: "required"},
 		{name: "ovirt storage not uuid", platform: "ovirt", section: map[string]any{"clusterID": testUUID, "storageDomainID": "data"}, wantPath: "provision.ovirt.storageDomainID", wantMsg: "not a UUID"},
 		{name: "ovirt vnic not uuid", platform: "ovirt", section: map[string]any{"clusterID": testUUID, "storageDomainID": testUUID, "vnicProfileID": "ovirtmgmt"}, wantPath: "provision.ovirt.vnicProfileID", wantMsg: "not a UUID"},
-		{name: "ovirt password field", platform: "ovirt", section: map[string]any{"clusterID": testUUID, "storageDomainID": testUUID, "password": "x"}, wantPath: "provision.ovirt.password", wantMsg: "unknown field"},
+		{name: "ovirt vnic missing", platform: "ovirt", section: map[string]any{"clusterID": testUUID, "storageDomainID": testUUID}, wantPath: "provision.ovirt.vnicProfileID", wantMsg: "required"},
+		{name: "ovirt affinity", platform: "ovirt", section: map[string]any{"clusterID": testUUID, "storageDomainID": testUUID, "vnicProfileID": testUUID, "affinity": "hard"}, wantPath: "provision.ovirt.affinity", wantMsg: "want enforcing, soft"},
+		{name: "libvirt socket relative", platform: "libvirt", section: map[string]any{"socket": "libvirt-sock"}, wantPath: "provision.libvirt.socket", wantMsg: "absolute path"},
+		{name: "libvirt firmware", platform: "libvirt", section: map[string]any{"firmware": "uefi"}, wantPath: "provision.libvirt.firmware", wantMsg: "bios or efi"},
+		{name: "ovirt password field", platform: "ovirt", section: map[string]any{"clusterID": testUUID, "storageDomainID": testUUID, "vnicProfileID": testUUID, "password": "x"}, wantPath: "provision.ovirt.password", wantMsg: "unknown field"},
 		{name: "kubevirt namespace", platform: "kubevirt", section: map[string]any{"network": "n"}, wantPath: "provision.kubevirt.namespace", wantMsg: "required"},
 		{name: "kubevirt namespace bad", platform: "kubevirt", section: map[string]any{"namespace": "Bad_NS", "network": "n"}, wantPath: "provision.kubevirt.namespace", wantMsg: "not a namespace name"},
 		{name: "kubevirt network", platform: "kubevirt", section: map[string]any{"namespace": "ocp"}, wantPath: "provision.kubevirt.network", wantMsg: "required"},
@@ -130,7 +137,7 @@ func TestProvisionGood(t *testing.T) {
 		}
 	})
 	t.Run("derived MACs fill only missing ones", func(t *testing.T) {
-		doc := provisionDoc("ovirt", map[string]any{"clusterID": testUUID, "storageDomainID": testUUID})
+		doc := provisionDoc("ovirt", map[string]any{"clusterID": testUUID, "storageDomainID": testUUID, "vnicProfileID": testUUID})
 		set(t, doc, "nodes[1].mac", nil)
 		set(t, doc, "nodes[2].mac", nil)
 		c, err := Parse(render(t, doc))
