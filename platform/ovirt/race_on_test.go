@@ -1,0 +1,5 @@
+//go:build race
+
+package ovirt
+
+const raceDetector = true
