@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"appliance/internal/cluster"
+	"appliance/platform"
+)
+
+func init() { serviceCmds = append(serviceCmds, newProvisionCmd) }
+
+type provisionFlags struct {
+	g        *globalFlags
+	config   string
+	assets   string
+	parallel int
+	noStart  bool
+}
+
+func newProvisionCmd(g *globalFlags) *cobra.Command {
+	pf := &provisionFlags{g: g}
+	cmd := &cobra.Command{
+		Use:   "provision",
+		Short: "Create, inspect and remove the cluster's VMs on libvirt, oVirt or KubeVirt",
+		Long: `provision creates the bootstrap, control-plane and worker VMs that appliance.yaml lists,
+on the platform its provision section names, each booting RHCOS with its role's Ignition config
+from the installer's asset directory and a MAC address known in advance (configured, or derived
+from the cluster and node name), so DHCP reservations and DNS records exist before any VM boots.
+
+Every resource carries the cluster's infra ID (metadata.json's infraID, provision.infraID, or the
+cluster name); destroy removes what carries it and nothing else. apply is safe to re-run after any
+interruption: it finishes what was left and never creates anything twice.
+
+Credentials are read from the platform's own files or environment (libvirt: the URI; oVirt:
+~/.ovirt/ovirt-config.yaml or OVIRT_URL/OVIRT_USERNAME/OVIRT_PASSWORD; KubeVirt: the kubeconfig),
+never from flags or appliance.yaml.`,
+	}
+	cmd.PersistentFlags().StringVarP(&pf.config, "config", "c", "", "appliance.yaml (with a provision section)")
+	cmd.PersistentFlags().StringVar(&pf.assets, "assets", "", "the installer's asset directory (bootstrap.ign, master.ign, worker.ign, metadata.json)")
+	apply := &cobra.Command{
+		Use:   "apply",
+		Short: "Create what is missing, in parallel, then start every VM",
+		Args:  cobra.NoArgs,
+		RunE:  pf.runApply,
+	}
+	apply.Flags().IntVar(&pf.parallel, "parallel", 0, "VMs built at once (default provision.parallel)")
+	apply.Flags().BoolVar(&pf.noStart, "no-start", false, "create the VMs but leave them powered off")
+	cmd.AddCommand(
+		&cobra.Command{Use: "plan", Short: "Print what apply would create and what already exists", Args: cobra.NoArgs, RunE: pf.runPlan},
+		apply,
+		&cobra.Command{Use: "status", Short: "Show each VM's power state and reported addresses", Args: cobra.NoArgs, RunE: pf.runStatus},
+		&cobra.Command{Use: "destroy", Short: "Remove every resource carrying the cluster's infra ID, and nothing else", Args: cobra.NoArgs, RunE: pf.runDestroy},
+	)
+	return cmd
+}
+
+// session is what every provision subcommand works with.
+type session struct {
+	log  *slog.Logger
+	cfg  *cluster.Config
+	spec *platform.Spec
+	pr   platform.Provider
+}
+
+// open loads the config and assets, builds the spec (without the image) and
+// connects to the platform. needAssets is false for destroy, which needs
+// only the infra ID.
+func (pf *provisionFlags) open(ctx context.Context, needAssets bool) (*session, error) {
+	log, cfg, err := pf.g.serviceStart("provision", pf.config)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Provision == nil {
+		return nil, fmt.Errorf("provision: %s has no provision section; add one, e.g.\n  provision:\n    platform: libvirt", pf.config)
+	}
+	s := &session{log: log, cfg: cfg}
+	switch {
+	case pf.assets != "":
+		assets, err := platform.LoadAssets(pf.assets, platform.Roles(cfg))
+		if err != nil {
+			return nil, err
+		}
+		if s.spec, err = platform.BuildSpec(cfg, assets, platform.Image{}); err != nil {
+			return nil, err
+		}
+	case needAssets:
+		return nil, errors.New("provision: give --assets DIR, the installer's directory with bootstrap.ign, master.ign and worker.ign")
+	default:
+		infra := cfg.Provision.InfraID
+		if infra == "" {
+			infra = cfg.Cluster.Name
+		}
+		s.spec = &platform.Spec{InfraID: infra, ClusterName: cfg.Cluster.Name, BaseDomain: cfg.Cluster.BaseDomain}
+	}
+	if s.pr, err = openProvider(ctx, cfg.Provision, log); err != nil {
+		return nil, fmt.Errorf("provision: %s: %w", cfg.Provision.Platform, err)
+	}
+	return s, nil
+}
+
+func (s *session) close() {
+	if err := s.pr.Close(); err != nil {
+		s.log.Warn("provision: closing the platform connection", "err", err)
+	}
+}
+
+// signalContext ends on Ctrl-C or SIGTERM; apply stops beginning new VMs
+// and a re-run resumes.
+func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+func (pf *provisionFlags) runPlan(cmd *cobra.Command, _ []string) error {
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	s, err := pf.open(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	plan, err := platform.MakePlan(ctx, s.pr, s.spec)
+	if err != nil {
+		return err
+	}
+	img := describeImage(ctx, s.cfg.Provision, s.log)
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "cluster %s, infra ID %s, platform %s\nimage: %s\n\n", s.cfg.Cluster.Domain(), s.spec.InfraID, platformWhere(s.cfg.Provision), img)
+	printPlan(out, plan)
+	return nil
+}
+
+// platformWhere names the platform and its endpoint for headers.
+func platformWhere(p *cluster.Provision) string {
+	switch p.Platform {
+	case cluster.PlatformLibvirt:
+		return fmt.Sprintf("libvirt (%s, pool %s)", p.Libvirt.URI, p.Libvirt.Pool)
+	case cluster.PlatformOVirt:
+		return fmt.Sprintf("ovirt (cluster %s)", p.OVirt.ClusterID)
+	case cluster.PlatformKubeVirt:
+		return fmt.Sprintf("kubevirt (namespace %s)", p.KubeVirt.Namespace)
+	}
+	return p.Platform
+}
+
+func addrs(as []netip.Addr) string {
+	if len(as) == 0 {
+		return "-"
+	}
+	ss := make([]string, len(as))
+	for i, a := range as {
+		ss[i] = a.String()
+	}
+	return strings.Join(ss, ",")
+}
+
+// printPlan writes the plan table and a one-line summary. It is pure output,
+// kept apart from the platform calls so it can be tested.
+func printPlan(w io.Writer, plan *platform.Plan) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tVM\tCPUS\tMEMORY\tDISK\tMAC\tADDRESSES\tIGNITION\tSTATE")
+	counts := map[platform.Action]int{}
+	for _, it := range plan.Items {
+		m := it.Machine
+		counts[it.Action]++
+		state := "to create"
+		switch it.Action {
+		case platform.ActionComplete:
+			state = "half-built: apply completes it"
+		case platform.ActionNone:
+			state = "exists (" + string(it.Existing.Power) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d MiB\t%d GiB\t%s\t%s\t%s\t%s\n",
+			m.Node, m.Role, m.Name, m.CPUs, m.MemoryMiB, m.DiskGiB, m.MAC, addrs(m.IPs), m.IgnitionSource, state)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%d to create, %d to complete, %d exist.\n", counts[platform.ActionCreate], counts[platform.ActionComplete], counts[platform.ActionNone])
+	for _, v := range plan.Stray {
+		fmt.Fprintf(w, "not in appliance.yaml but carrying the infra ID (apply leaves it, destroy removes it): %s (node %q)\n", v.Name, v.Node)
+	}
+}
+
+func (pf *provisionFlags) runApply(cmd *cobra.Command, _ []string) error {
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	s, err := pf.open(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	out := cmd.OutOrStdout()
+
+	plan, err := platform.MakePlan(ctx, s.pr, s.spec)
+	if err != nil {
+		return err
+	}
+	if plan.Pending() {
+		// Only fetch (or find in the cache) the image when something will
+		// be built from it.
+		img, err := fetchImage(ctx, s.cfg.Provision, out, s.log)
+		if err != nil {
+			return err
+		}
+		s.spec.Image = img
+	}
+	parallel := s.cfg.Provision.Parallel
+	if pf.parallel > 0 {
+		parallel = pf.parallel
+	}
+	names := make([]string, len(s.spec.Machines))
+	for i, m := range s.spec.Machines {
+		names[i] = m.Name
+	}
+	pr := newProgress(out, names)
+	res, err := platform.Apply(ctx, s.pr, s.spec, platform.ApplyOptions{Parallel: parallel, NoStart: pf.noStart, Progress: pr.event})
+	pr.close()
+	if res != nil {
+		fmt.Fprintf(out, "\n%d created, %d completed, %d already there, %d started in %s.\n",
+			len(res.Created), len(res.Completed), len(res.Existing), len(res.Started), res.Elapsed.Round(100e6))
+	}
+	if err != nil {
+		return fmt.Errorf("provision apply: %w\nrun 'appliance provision apply' again to resume", err)
+	}
+	return nil
+}
+
+func (pf *provisionFlags) runStatus(cmd *cobra.Command, _ []string) error {
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	s, err := pf.open(ctx, true)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	rows, stray, err := platform.Status(ctx, s.pr, s.spec)
+	if err != nil {
+		return err
+	}
+	printStatus(cmd.OutOrStdout(), rows, stray)
+	return nil
+}
+
+func printStatus(w io.Writer, rows []platform.StatusRow, stray []platform.VM) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVM\tPOWER\tMAC\tREPORTED ADDRESSES\tEXPECTED")
+	for _, r := range rows {
+		power, mac, reported := "absent", r.Machine.MAC.String(), "-"
+		if r.VM != nil {
+			power = string(r.VM.Power)
+			if !r.VM.Complete {
+				power += " (half-built)"
+			}
+			if r.VM.MAC != nil {
+				mac = r.VM.MAC.String()
+			}
+			reported = addrs(r.VM.Addresses)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Machine.Node, r.Machine.Name, power, mac, reported, addrs(r.Machine.IPs))
+	}
+	for _, v := range stray {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t(not in appliance.yaml)\n", v.Node, v.Name, v.Power, v.MAC, addrs(v.Addresses))
+	}
+	tw.Flush()
+}
+
+func (pf *provisionFlags) runDestroy(cmd *cobra.Command, _ []string) error {
+	ctx, stop := signalContext(cmd)
+	defer stop()
+	s, err := pf.open(ctx, false)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	removed, err := s.pr.Destroy(ctx, s.spec.InfraID)
+	out := cmd.OutOrStdout()
+	for _, r := range removed {
+		fmt.Fprintln(out, "removed", r)
+	}
+	if err != nil {
+		return fmt.Errorf("provision destroy: %w\nrun it again to remove the rest", err)
+	}
+	if len(removed) == 0 {
+		fmt.Fprintf(out, "nothing carries infra ID %s on %s", s.spec.InfraID, platformWhere(s.cfg.Provision))
+		if pf.assets == "" {
+			fmt.Fprint(out, " (if apply read the infra ID from metadata.json, give --assets DIR)")
+		}
+		fmt.Fprintln(out)
+	}
+	return nil
+}

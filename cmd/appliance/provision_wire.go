@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"appliance/images"
+	"appliance/internal/cluster"
+	"appliance/platform"
+	"appliance/platform/kubevirt"
+	"appliance/platform/libvirt"
+	"appliance/platform/ovirt"
+)
+
+// imageSource is where an image comes from, as flags or provision.image
+// give it: a URL (with its digest and flavour) or the stream.
+type imageSource struct {
+	platform            images.Platform
+	stream, arch        string
+	url, sha256, flavor string
+}
+
+// artifact resolves the source to one downloadable artifact; the stream is
+// read only when no URL is given.
+func (s imageSource) artifact(ctx context.Context) (images.Artifact, error) {
+	if s.url != "" {
+		return images.Custom(s.platform, s.url, s.sha256, s.flavor)
+	}
+	stream := s.stream
+	if stream == "" {
+		stream = images.DefaultStreamURL
+	}
+	st, err := images.LoadStream(ctx, nil, stream)
+	if err != nil {
+		return images.Artifact{}, err
+	}
+	return images.Select(st, s.platform, s.arch)
+}
+
+func sourceOf(p *cluster.Provision) imageSource {
+	i := p.Image
+	return imageSource{platform: images.Platform(p.Platform), stream: i.Stream, arch: i.Arch, url: i.URL, sha256: i.SHA256, flavor: i.Flavor}
+}
+
+func toPlatformImage(i images.Image) platform.Image {
+	return platform.Image{Path: i.Path, Format: i.Format, SHA256: i.SHA256, Size: i.Size,
+		Flavor: platform.Flavor(i.Flavor), URL: i.URL, ContainerDisk: i.ContainerDisk}
+}
+
+// importsItself reports whether the platform pulls the image from its URL
+// (a KubeVirt DataVolume) rather than being handed a local file.
+func importsItself(p *cluster.Provision) bool { return p.Platform == cluster.PlatformKubeVirt }
+
+// describeImage says where the base image will come from, for plan. A
+// stream that cannot be read is reported in the text, not as an error: the
+// plan is still worth printing.
+func describeImage(ctx context.Context, p *cluster.Provision, log *slog.Logger) string {
+	i := p.Image
+	switch {
+	case i.ContainerDisk != "":
+		return "container disk " + i.ContainerDisk
+	case i.File != "":
+		return "local file " + i.File
+	}
+	a, err := sourceOf(p).artifact(ctx)
+	if err != nil {
+		return fmt.Sprintf("unknown yet (%v)", err)
+	}
+	where := a.URL
+	if a.Release != "" {
+		where = fmt.Sprintf("RHCOS %s (%s) from %s", a.Release, a.Stream, a.URL)
+	}
+	if importsItself(p) {
+		if a.ContainerDisk != "" {
+			return where + " (imported by the cluster; container disk " + a.ContainerDisk + ")"
+		}
+		return where + " (imported by the cluster)"
+	}
+	f, err := images.NewFetcher(images.Options{CacheDir: i.CacheDir}, log)
+	if err != nil {
+		return where
+	}
+	if img, ok := f.Lookup(a); ok {
+		return where + ", cached at " + img.Path
+	}
+	return where + ", not cached yet: apply downloads it to " + f.Dir()
+}
+
+// fetchImage returns the base image: the local file, the cluster-imported
+// URL or container disk, or a verified copy in the cache (downloading it
+// when missing, with a progress bar on a terminal).
+func fetchImage(ctx context.Context, p *cluster.Provision, out io.Writer, log *slog.Logger) (platform.Image, error) {
+	i := p.Image
+	if i.ContainerDisk != "" {
+		return platform.Image{ContainerDisk: i.ContainerDisk, Flavor: platform.FlavorOpenStack}, nil
+	}
+	if i.File != "" {
+		img, err := images.Local(i.File, images.Platform(p.Platform), i.Flavor, i.SHA256)
+		if err != nil {
+			return platform.Image{}, fmt.Errorf("provision.image.file: %w", err)
+		}
+		return toPlatformImage(img), nil
+	}
+	a, err := sourceOf(p).artifact(ctx)
+	if err != nil {
+		return platform.Image{}, fmt.Errorf("provision: base image: %w", err)
+	}
+	if importsItself(p) {
+		if a.URL == "" && a.ContainerDisk == "" {
+			return platform.Image{}, errors.New("provision: the stream names no image KubeVirt can import; set provision.image.url or containerDisk")
+		}
+		return toPlatformImage(a.RemoteImage()), nil
+	}
+	f, err := images.NewFetcher(images.Options{CacheDir: i.CacheDir}, log)
+	if err != nil {
+		return platform.Image{}, err
+	}
+	progress := func(done, total int64) {}
+	var bar *progressBar
+	if isTerminal(out) {
+		bar = newProgressBar(out, "download")
+		progress = bar.update
+	}
+	img, err := f.Fetch(ctx, a, progress)
+	if bar != nil {
+		bar.finish(err == nil)
+	}
+	if err != nil {
+		return platform.Image{}, err
+	}
+	log.Info("base image ready", "path", img.Path, "sha256", img.SHA256, "size", img.Size)
+	return toPlatformImage(img), nil
+}
+
+// openProvider connects to the platform appliance.yaml names. Credentials
+// come from the platform's own files and environment, never from flags.
+func openProvider(ctx context.Context, p *cluster.Provision, log *slog.Logger) (platform.Provider, error) {
+	switch p.Platform {
+	case cluster.PlatformLibvirt:
+		l := p.Libvirt
+		return libvirt.New(ctx, libvirt.Options{URI: l.URI, Socket: l.Socket, Pool: l.Pool, Network: l.Network, Bridge: l.Bridge,
+			DomainType: l.DomainType, Machine: l.Machine, Firmware: l.Firmware}, log)
+	case cluster.PlatformOVirt:
+		o := p.OVirt
+		path := o.CredentialsFile
+		if path == "" {
+			path = ovirt.DefaultCredentialsPath(os.Getenv)
+			if _, err := os.Stat(path); err != nil {
+				path = "" // the environment alone may carry everything
+			}
+		}
+		creds, err := ovirt.LoadCredentials(path, os.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		if o.Insecure {
+			creds.Insecure = true
+		}
+		return ovirt.New(ctx, ovirt.Options{Credentials: creds, ClusterID: o.ClusterID, StorageDomainID: o.StorageDomainID,
+			VNICProfileID: o.VNICProfileID, Affinity: ovirt.Affinity{Disabled: o.Affinity == "none", Soft: o.Affinity == "soft"}}, log)
+	case cluster.PlatformKubeVirt:
+		k := p.KubeVirt
+		return kubevirt.New(ctx, kubevirt.Options{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
+			Network: k.Network, StorageClass: k.StorageClass}, log)
+	}
+	return nil, fmt.Errorf("no platform %q", p.Platform)
+}
