@@ -41,8 +41,13 @@ func TestBenchProvisionLibvirt(t *testing.T) {
 			}
 			spec := clusterSpec("bench"+uniq(), img, workers)
 			start := time.Now()
-			if err := applyAll(ctx, p, spec, parallel, true); err != nil {
+			// The engine as `provision apply` runs it: plan, image, create, start.
+			res, err := platform.Apply(ctx, p, spec, platform.ApplyOptions{Parallel: parallel})
+			if err != nil {
 				t.Fatal(err)
+			}
+			if len(res.Started) != len(spec.Machines) {
+				t.Fatalf("started %d of %d", len(res.Started), len(spec.Machines))
 			}
 			times = append(times, time.Since(start))
 			if lines, err := p.Destroy(ctx, spec.InfraID); err != nil || len(lines) == 0 {

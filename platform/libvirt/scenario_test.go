@@ -123,7 +123,7 @@ func TestLibvirtScenario(t *testing.T) {
 	d := startDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	raw, err := d.conn("qemu:///system")
+	raw, err := d.Conn("qemu:///system")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestLibvirtConfigDrive(t *testing.T) {
 	d := startDaemon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	raw, err := d.conn("qemu:///system")
+	raw, err := d.Conn("qemu:///system")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@
 package ovirt
 
 import (
+	"appliance/platform"
 	"context"
 	"fmt"
 	"strings"
@@ -42,13 +43,13 @@ func TestBenchProvisionOVirt(t *testing.T) {
 		}
 		image = time.Since(start)
 		start = time.Now()
-		if err := apply(ctx, e.p, spec, workers, nil); err != nil {
+		// The engine as `provision apply` runs it: plan, create, start.
+		res, err := platform.Apply(ctx, e.p, spec, platform.ApplyOptions{Parallel: workers})
+		if err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range spec.Machines {
-			if err := e.p.Start(ctx, spec, m); err != nil {
-				t.Fatal(err)
-			}
+		if len(res.Started) != len(spec.Machines) {
+			t.Fatalf("started %d of %d", len(res.Started), len(spec.Machines))
 		}
 		create = time.Since(start)
 		start = time.Now()
