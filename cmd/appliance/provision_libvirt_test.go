@@ -128,6 +128,7 @@ provision:
 	if err != nil {
 		t.Fatalf("plan: %v\n%s", err, out)
 	}
+	t.Logf("plan:\n%s", out)
 	for _, want := range []string{"6 to create, 0 to complete, 0 exist.", infra + "-worker-1", cluster.DeriveMAC(cfg.Cluster, "worker-1").String(), "local file " + base} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plan output lacks %q:\n%s", want, out)
