@@ -276,3 +276,24 @@ func Status(ctx context.Context, pr Provider, spec *Spec) ([]StatusRow, []VM, er
 	}
 	return rows, plan.Stray, nil
 }
+
+// WaitAddresses polls Status until every machine of spec reports an address
+// or ctx ends (then it returns the last rows and ctx's error). Guests report
+// addresses only once booted (DHCP lease, guest agent), so this is how a
+// caller waits for a cluster to come up.
+func WaitAddresses(ctx context.Context, pr Provider, spec *Spec, every time.Duration) ([]StatusRow, []VM, error) {
+	for {
+		rows, stray, err := Status(ctx, pr, spec)
+		if err != nil {
+			return rows, stray, err
+		}
+		if !slices.ContainsFunc(rows, func(r StatusRow) bool { return r.VM == nil || len(r.VM.Addresses) == 0 }) {
+			return rows, stray, nil
+		}
+		select {
+		case <-ctx.Done():
+			return rows, stray, fmt.Errorf("platform: waiting for addresses: %w", ctx.Err())
+		case <-time.After(every):
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -366,5 +367,30 @@ provision:
 	cfg.Provision = nil
 	if _, err := BuildSpec(cfg, a, Image{}); err == nil || !strings.Contains(err.Error(), "no provision section") {
 		t.Errorf("no section: err = %v", err)
+	}
+}
+
+func TestWaitAddresses(t *testing.T) {
+	f := newFake()
+	spec := testSpec(0)
+	if _, err := Apply(context.Background(), f, spec, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, _, err := WaitAddresses(ctx, f, spec, time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no addresses yet: err = %v, want the deadline", err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		f.mu.Lock()
+		for _, v := range f.vms {
+			v.Addresses = []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+		}
+		f.mu.Unlock()
+	}()
+	rows, _, err := WaitAddresses(context.Background(), f, spec, time.Millisecond)
+	if err != nil || len(rows) != 4 || len(rows[3].VM.Addresses) != 1 {
+		t.Fatalf("rows %+v err %v", rows, err)
 	}
 }

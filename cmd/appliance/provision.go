@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +27,7 @@ type provisionFlags struct {
 	assets   string
 	parallel int
 	noStart  bool
+	wait     time.Duration
 }
 
 func newProvisionCmd(g *globalFlags) *cobra.Command {
@@ -56,10 +58,17 @@ never from flags or appliance.yaml.`,
 	}
 	apply.Flags().IntVar(&pf.parallel, "parallel", 0, "VMs built at once (default provision.parallel)")
 	apply.Flags().BoolVar(&pf.noStart, "no-start", false, "create the VMs but leave them powered off")
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show each VM's power state and reported addresses",
+		Args:  cobra.NoArgs,
+		RunE:  pf.runStatus,
+	}
+	status.Flags().DurationVar(&pf.wait, "wait", 0, "wait up to this long for every VM to report an address (e.g. 10m)")
 	cmd.AddCommand(
 		&cobra.Command{Use: "plan", Short: "Print what apply would create and what already exists", Args: cobra.NoArgs, RunE: pf.runPlan},
 		apply,
-		&cobra.Command{Use: "status", Short: "Show each VM's power state and reported addresses", Args: cobra.NoArgs, RunE: pf.runStatus},
+		status,
 		&cobra.Command{Use: "destroy", Short: "Remove every resource carrying the cluster's infra ID, and nothing else", Args: cobra.NoArgs, RunE: pf.runDestroy},
 	)
 	return cmd
@@ -242,11 +251,21 @@ func (pf *provisionFlags) runStatus(cmd *cobra.Command, _ []string) error {
 		return err
 	}
 	defer s.close()
-	rows, stray, err := platform.Status(ctx, s.pr, s.spec)
-	if err != nil {
-		return err
+	if pf.wait <= 0 {
+		rows, stray, err := platform.Status(ctx, s.pr, s.spec)
+		if err != nil {
+			return err
+		}
+		printStatus(cmd.OutOrStdout(), rows, stray)
+		return nil
 	}
+	wctx, cancel := context.WithTimeout(ctx, pf.wait)
+	defer cancel()
+	rows, stray, err := platform.WaitAddresses(wctx, s.pr, s.spec, 2*time.Second)
 	printStatus(cmd.OutOrStdout(), rows, stray)
+	if err != nil {
+		return fmt.Errorf("provision status: not every VM reported an address within %s: %w", pf.wait, err)
+	}
 	return nil
 }
 

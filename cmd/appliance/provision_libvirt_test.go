@@ -196,6 +196,13 @@ provision:
 		}
 	}
 
+	// The guests boot nothing (an empty disk), so no address ever shows:
+	// --wait gives up with the table and says so.
+	out, err = runCmd(t, append(args, "status", "--wait", "1s")...)
+	if err == nil || !strings.Contains(err.Error(), "not every VM reported an address within 1s") || !strings.Contains(out, "running") {
+		t.Errorf("status --wait: %v\n%s", err, out)
+	}
+
 	out, err = runCmd(t, append(args, "apply")...)
 	if err != nil || !strings.Contains(out, "0 created, 0 completed, 6 already there, 0 started") {
 		t.Errorf("second apply: %v\n%s", err, out)
