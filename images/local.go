@@ -18,14 +18,9 @@ var qcow2Magic = []byte{'Q', 'F', 'I', 0xfb}
 // digest (checked against wantSHA256 when that is set) and its format from
 // its header. flavor "" takes the platform's usual one.
 func Local(path string, p Platform, flavor, wantSHA256 string) (Image, error) {
-	if flavor == "" {
-		flavor = FlavorOpenStack
-		if p == Libvirt {
-			flavor = FlavorQEMU
-		}
-	}
-	if flavor != FlavorQEMU && flavor != FlavorOpenStack {
-		return Image{}, fmt.Errorf("images: flavor %q: want qemu or openstack", flavor)
+	flavor, err := flavorFor(p, flavor)
+	if err != nil {
+		return Image{}, err
 	}
 	if strings.HasSuffix(path, ".gz") || strings.HasSuffix(path, ".xz") {
 		return Image{}, fmt.Errorf("images: %s is compressed; decompress it first, or serve it and give its url", path)

@@ -261,14 +261,9 @@ func Custom(p Platform, rawURL, sha256, flavor string) (Artifact, error) {
 	if sha256 != "" && !isHexDigest(sha256) {
 		return Artifact{}, fmt.Errorf("images: sha256 %q: want 64 hex digits", sha256)
 	}
-	if flavor == "" {
-		flavor = FlavorOpenStack
-		if p == Libvirt {
-			flavor = FlavorQEMU
-		}
-	}
-	if flavor != FlavorQEMU && flavor != FlavorOpenStack {
-		return Artifact{}, fmt.Errorf("images: flavor %q: want qemu or openstack", flavor)
+	flavor, err = flavorFor(p, flavor)
+	if err != nil {
+		return Artifact{}, err
 	}
 	base := strings.ToLower(path.Base(u.Path))
 	disk, comp := splitFormat(base)
@@ -278,6 +273,21 @@ func Custom(p Platform, rawURL, sha256, flavor string) (Artifact, error) {
 		a.UncompressedSHA256 = a.SHA256
 	}
 	return a, nil
+}
+
+// flavorFor checks a user-given flavour, or picks the platform's usual one:
+// libvirt boots the qemu image, the others the openstack image.
+func flavorFor(p Platform, flavor string) (string, error) {
+	switch flavor {
+	case "":
+		if p == Libvirt {
+			return FlavorQEMU, nil
+		}
+		return FlavorOpenStack, nil
+	case FlavorQEMU, FlavorOpenStack:
+		return flavor, nil
+	}
+	return "", fmt.Errorf("images: flavor %q: want qemu or openstack", flavor)
 }
 
 // splitFormat reads "qcow2.gz" / "rhcos-x.qcow2.xz" / "disk.img" into a

@@ -54,7 +54,7 @@ never from flags or appliance.yaml.`,
 		Use:   "apply",
 		Short: "Create what is missing, in parallel, then start every VM",
 		Args:  cobra.NoArgs,
-		RunE:  pf.runApply,
+		RunE:  pf.run(true, pf.runApply),
 	}
 	apply.Flags().IntVar(&pf.parallel, "parallel", 0, "VMs built at once (default provision.parallel)")
 	apply.Flags().BoolVar(&pf.noStart, "no-start", false, "create the VMs but leave them powered off")
@@ -62,14 +62,14 @@ never from flags or appliance.yaml.`,
 		Use:   "status",
 		Short: "Show each VM's power state and reported addresses",
 		Args:  cobra.NoArgs,
-		RunE:  pf.runStatus,
+		RunE:  pf.run(true, pf.runStatus),
 	}
 	status.Flags().DurationVar(&pf.wait, "wait", 0, "wait up to this long for every VM to report an address (e.g. 10m)")
 	cmd.AddCommand(
-		&cobra.Command{Use: "plan", Short: "Print what apply would create and what already exists", Args: cobra.NoArgs, RunE: pf.runPlan},
+		&cobra.Command{Use: "plan", Short: "Print what apply would create and what already exists", Args: cobra.NoArgs, RunE: pf.run(true, pf.runPlan)},
 		apply,
 		status,
-		&cobra.Command{Use: "destroy", Short: "Remove every resource carrying the cluster's infra ID, and nothing else", Args: cobra.NoArgs, RunE: pf.runDestroy},
+		&cobra.Command{Use: "destroy", Short: "Remove every resource carrying the cluster's infra ID, and nothing else", Args: cobra.NoArgs, RunE: pf.run(false, pf.runDestroy)},
 	)
 	return cmd
 }
@@ -124,20 +124,23 @@ func (s *session) close() {
 	}
 }
 
-// signalContext ends on Ctrl-C or SIGTERM; apply stops beginning new VMs
-// and a re-run resumes.
-func signalContext(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+// run gives a subcommand its session inside a context that ends on Ctrl-C
+// or SIGTERM (apply then stops beginning new VMs; a re-run resumes), and
+// closes the platform connection after it.
+func (pf *provisionFlags) run(needAssets bool, fn func(context.Context, *cobra.Command, *session) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		s, err := pf.open(ctx, needAssets)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		return fn(ctx, cmd, s)
+	}
 }
 
-func (pf *provisionFlags) runPlan(cmd *cobra.Command, _ []string) error {
-	ctx, stop := signalContext(cmd)
-	defer stop()
-	s, err := pf.open(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer s.close()
+func (pf *provisionFlags) runPlan(ctx context.Context, cmd *cobra.Command, s *session) error {
 	plan, err := platform.MakePlan(ctx, s.pr, s.spec)
 	if err != nil {
 		return err
@@ -199,14 +202,7 @@ func printPlan(w io.Writer, plan *platform.Plan) {
 	}
 }
 
-func (pf *provisionFlags) runApply(cmd *cobra.Command, _ []string) error {
-	ctx, stop := signalContext(cmd)
-	defer stop()
-	s, err := pf.open(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer s.close()
+func (pf *provisionFlags) runApply(ctx context.Context, cmd *cobra.Command, s *session) error {
 	out := cmd.OutOrStdout()
 
 	plan, err := platform.MakePlan(ctx, s.pr, s.spec)
@@ -243,14 +239,7 @@ func (pf *provisionFlags) runApply(cmd *cobra.Command, _ []string) error {
 	return nil
 }
 
-func (pf *provisionFlags) runStatus(cmd *cobra.Command, _ []string) error {
-	ctx, stop := signalContext(cmd)
-	defer stop()
-	s, err := pf.open(ctx, true)
-	if err != nil {
-		return err
-	}
-	defer s.close()
+func (pf *provisionFlags) runStatus(ctx context.Context, cmd *cobra.Command, s *session) error {
 	if pf.wait <= 0 {
 		rows, stray, err := platform.Status(ctx, s.pr, s.spec)
 		if err != nil {
@@ -292,14 +281,7 @@ func printStatus(w io.Writer, rows []platform.StatusRow, stray []platform.VM) {
 	tw.Flush()
 }
 
-func (pf *provisionFlags) runDestroy(cmd *cobra.Command, _ []string) error {
-	ctx, stop := signalContext(cmd)
-	defer stop()
-	s, err := pf.open(ctx, false)
-	if err != nil {
-		return err
-	}
-	defer s.close()
+func (pf *provisionFlags) runDestroy(ctx context.Context, cmd *cobra.Command, s *session) error {
 	removed, err := s.pr.Destroy(ctx, s.spec.InfraID)
 	out := cmd.OutOrStdout()
 	for _, r := range removed {

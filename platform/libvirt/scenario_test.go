@@ -131,26 +131,14 @@ func TestLibvirtScenario(t *testing.T) {
 
 	id := uniq()
 	poolName, netName, infraID := "aptpool-"+id, "aptnet-"+id, "apt"+id
-	poolDir := filepath.Join(d.Dir, "pool")
-	if err := os.Mkdir(poolDir, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	pl, err := raw.StoragePoolDefineXML(fmt.Sprintf(`<pool type="dir"><name>%s</name><target><path>%s</path></target></pool>`, poolName, poolDir), 0)
+	d.Pool(t, raw, poolName)
+	pl, err := raw.StoragePoolLookupByName(poolName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := raw.StoragePoolCreate(pl, 0); err != nil {
-		t.Fatal(err)
-	}
-	// No <ip> and no <forward>: an isolated bridge, no dnsmasq; and it is in
-	// the daemon's own network namespace anyway.
-	nw, err := raw.NetworkDefineXML(fmt.Sprintf(`<network><name>%s</name><bridge name="aptbr%s" stp="off"/></network>`, netName, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := raw.NetworkCreate(nw); err != nil {
-		t.Fatal(err)
-	}
+	// An isolated bridge (no <ip>, no <forward>, no dnsmasq), in the
+	// daemon's own network namespace anyway.
+	d.Network(t, raw, netName, "aptbr"+id)
 
 	// Foreign resources with names like ours must survive destroy: a
 	// domain without our mark, a domain of another infra ID sharing our
@@ -399,9 +387,8 @@ func TestLibvirtConfigDrive(t *testing.T) {
 	}
 	defer raw.Disconnect()
 	id := uniq()
-	poolDir := filepath.Join(d.Dir, "pool")
-	_ = os.Mkdir(poolDir, 0o711)
-	pl, err := raw.StoragePoolCreateXML(fmt.Sprintf(`<pool type="dir"><name>aptpool-%s</name><target><path>%s</path></target></pool>`, id, poolDir), 0)
+	d.Pool(t, raw, "aptpool-"+id)
+	pl, err := raw.StoragePoolLookupByName("aptpool-" + id)
 	if err != nil {
 		t.Fatal(err)
 	}
