@@ -56,3 +56,32 @@ func TestFromCluster(t *testing.T) {
 		t.Error("192.168.126.30 not in the pool")
 	}
 }
+
+// TestFromClusterDerivedMACs: with a provision section, nodes given without
+// a MAC still get a reservation, on the MAC provision will give their VMs,
+// so they lease their address on first boot.
+func TestFromClusterDerivedMACs(t *testing.T) {
+	cfg, err := cluster.Parse([]byte(`
+cluster: {name: ocp4, baseDomain: example.com}
+network: {machineCIDR: 192.168.126.0/24, apiVIPs: [192.168.126.5], ingressVIPs: [192.168.126.6]}
+nodes:
+- {name: master-0, role: master, ips: [192.168.126.10]}
+- {name: worker-0, role: worker, ips: [192.168.126.20]}
+provision: {platform: libvirt}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := FromCluster(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Reservations) != 2 {
+		t.Fatalf("reservations %+v, want one per node", o.Reservations)
+	}
+	for _, r := range o.Reservations {
+		if want := cluster.DeriveMAC(cfg.Cluster, r.Hostname); r.MAC.String() != want.String() {
+			t.Errorf("%s reserved on %s, want the derived %s", r.Hostname, r.MAC, want)
+		}
+	}
+}
