@@ -23,6 +23,9 @@ func newConfigCmd() *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: cluster %s, %d node(s), API VIPs %v (VRID %d), ingress VIPs %v (VRID %d), VRRP %s v%d every %s\n",
 				args[0], cfg.Cluster.Domain(), len(cfg.Nodes), cfg.Network.APIVIPs, api,
 				cfg.Network.IngressVIPs, ingress, cfg.VRRP.Mode, cfg.VRRP.Version, cfg.VRRP.AdvertInterval)
+			if p := cfg.Provision; p != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "provision: %d VM(s) on %s, %d at once\n", len(cfg.Nodes), platformWhere(p), p.Parallel)
+			}
 			return nil
 		},
 	})
