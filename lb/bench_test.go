@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,9 +66,26 @@ func TestBenchLB(t *testing.T) {
 	webAddrs := strings.Split(webs.addr, ",")
 	aplWeb := startHelper(t, "proxy", webs.addr)
 	hapWeb := startHAProxy(t, dir, "web", webAddrs, false)
-	wDirect := runWrk(t, webAddrs[0], 0)
-	wApl := runWrk(t, aplWeb.addr, aplWeb.pid)
-	wHap := runWrk(t, hapWeb.addr, hapWeb.pid)
+	// Each target is warmed up first so that none is measured cold; then
+	// direct, the appliance and haproxy take turns for several rounds and
+	// each measure is the median of its rounds, so that a burst of load
+	// from another process on this shared machine does not land on one
+	// side only. The per-round ratios are logged to show the spread.
+	for _, a := range []string{webAddrs[0], aplWeb.addr, hapWeb.addr} {
+		runWrk(t, a, 0, 1)
+	}
+	var ds, as, hs []wrkResult
+	var spread []string
+	for range wrkRounds {
+		d := runWrk(t, webAddrs[0], 0, wrkSecs)
+		a := runWrk(t, aplWeb.addr, aplWeb.pid, wrkSecs)
+		h := runWrk(t, hapWeb.addr, hapWeb.pid, wrkSecs)
+		ds, as, hs = append(ds, d), append(as, a), append(hs, h)
+		spread = append(spread, fmt.Sprintf("req/s %.2f, CPU/conn %.2f, p50+ %.2f, p99+ %.2f",
+			a.rps/h.rps, a.cpuMsPerK/h.cpuMsPerK, (a.p50-d.p50)/(h.p50-d.p50), (a.p99-d.p99)/(h.p99-d.p99)))
+	}
+	wDirect, wApl, wHap := medianWrk(ds), medianWrk(as), medianWrk(hs)
+	t.Logf("wrk rounds, appliance/haproxy:\n  %s", strings.Join(spread, "\n  "))
 
 	// --- control: time to removal, rolling restart --------------------
 	fc := newFakeCluster(t, 3)
@@ -317,12 +335,36 @@ func TestBenchHelper(t *testing.T) {
 
 type wrkResult struct{ rps, p50, p99, cpuMsPerK float64 }
 
+// wrkRounds of wrkSecs each per target.
+const (
+	wrkRounds = 3
+	wrkSecs   = 4
+)
+
+// medianWrk takes each measure's median over rounds.
+func medianWrk(rs []wrkResult) wrkResult {
+	med := func(f func(wrkResult) float64) float64 {
+		v := make([]float64, len(rs))
+		for i, r := range rs {
+			v[i] = f(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	return wrkResult{
+		rps:       med(func(r wrkResult) float64 { return r.rps }),
+		p50:       med(func(r wrkResult) float64 { return r.p50 }),
+		p99:       med(func(r wrkResult) float64 { return r.p99 }),
+		cpuMsPerK: med(func(r wrkResult) float64 { return r.cpuMsPerK }),
+	}
+}
+
 var wrkLat = regexp.MustCompile(`(?m)^\s+(50|99)%\s+([\d.]+)(us|ms|s)\s*$`)
 
-func runWrk(t *testing.T, addr string, pid int) wrkResult {
+func runWrk(t *testing.T, addr string, pid, secs int) wrkResult {
 	t.Helper()
 	c0 := cpuTicks(pid)
-	out, err := exec.Command("wrk", "-t2", "-c16", "-d5s", "--latency", "-H", "Connection: close", "http://"+addr+"/").CombinedOutput()
+	out, err := exec.Command("wrk", "-t2", "-c16", fmt.Sprintf("-d%ds", secs), "--latency", "-H", "Connection: close", "http://"+addr+"/").CombinedOutput()
 	if err != nil {
 		t.Fatalf("wrk %s: %v\n%s", addr, err, out)
 	}
@@ -334,7 +376,7 @@ func runWrk(t *testing.T, addr string, pid int) wrkResult {
 		}
 	}
 	if pid != 0 && r.rps > 0 {
-		r.cpuMsPerK = cpu * 1000 / (r.rps * 5 / 1000)
+		r.cpuMsPerK = cpu * 1000 / (r.rps * float64(secs) / 1000)
 	}
 	for _, m := range wrkLat.FindAllStringSubmatch(string(out), -1) {
 		v, _ := strconv.ParseFloat(m[2], 64)

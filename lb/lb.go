@@ -116,7 +116,9 @@ func (o *Options) fill() error {
 	return nil
 }
 
-var defaultDial = (&net.Dialer{KeepAlive: -1}).DialContext
+// defaultDial connects from the Control hook (rawConnect); it sets no
+// LocalAddr, which the dialer would bind only after that hook.
+var defaultDial = (&net.Dialer{KeepAlive: -1, ControlContext: rawConnect}).DialContext
 
 // keepAliveListen returns a listen function whose listener carries the
 // keepalive settings itself: Linux copies them to every accepted socket, so

@@ -68,9 +68,28 @@ func (m *Metrics) check(pool, backend string, ok bool) {
 	}
 }
 
-func (m *Metrics) conn(pool, result string) {
-	if m != nil {
-		m.conns.WithLabelValues(pool, result).Inc()
+// connCounters are one pool's connection outcomes, resolved once so that
+// accepting a connection does no label lookup.
+type connCounters struct {
+	proxied, limit, noBackend, dialFailed prometheus.Counter
+}
+
+func (m *Metrics) connCounters(pool string) connCounters {
+	if m == nil {
+		return connCounters{}
+	}
+	return connCounters{
+		proxied:    m.conns.WithLabelValues(pool, "proxied"),
+		limit:      m.conns.WithLabelValues(pool, "limit"),
+		noBackend:  m.conns.WithLabelValues(pool, "no_backend"),
+		dialFailed: m.conns.WithLabelValues(pool, "dial_failed"),
+	}
+}
+
+// inc counts one connection on c, which is nil without metrics.
+func inc(c prometheus.Counter) {
+	if c != nil {
+		c.Inc()
 	}
 }
 

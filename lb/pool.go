@@ -74,6 +74,7 @@ type Pool struct {
 	health  HealthOptions
 	prober  Prober
 	metrics *Metrics
+	conns   connCounters
 	log     *slog.Logger
 	notify  func() // called (outside locks) when the number of up backends may have changed
 	now     func() time.Time
@@ -92,7 +93,7 @@ func newPool(name, balance string, health HealthOptions, prober Prober, m *Metri
 		notify = func() {}
 	}
 	return &Pool{
-		name: name, balance: balance, health: health, prober: prober, metrics: m,
+		name: name, balance: balance, health: health, prober: prober, metrics: m, conns: m.connCounters(name),
 		log: log.With("pool", name), notify: notify, now: time.Now,
 		backends: map[string]*backend{}, sessions: map[*session]struct{}{},
 	}
@@ -376,9 +377,12 @@ func (p *Pool) addSession(s *session) {
 	}
 }
 
-func (p *Pool) removeSession(s *session) {
+// endSession forgets a finished session and releases its backend's count
+// under one lock.
+func (p *Pool) endSession(s *session) {
 	p.mu.Lock()
 	delete(p.sessions, s)
+	s.b.active--
 	p.mu.Unlock()
 }
 

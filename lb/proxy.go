@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -80,17 +81,39 @@ func (o ProxyOptions) window() time.Duration {
 // DialFunc opens a connection to a backend; it must return a *net.TCPConn.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
+// maxParked bounds the goroutines kept parked for reuse. A connection's
+// goroutines run deep call chains (dial, splice); a fresh goroutine grows
+// its stack by copying on every connection, a reused one keeps it. The
+// bound keeps an idle proxy small.
+const maxParked = 64
+
 // proxy accepts clients on one listener and splices them to a pool.
 type proxy struct {
 	pool   *Pool
 	opts   ProxyOptions
 	dial   DialFunc
 	ln     *net.TCPListener
-	active atomic.Int64
-	wg     sync.WaitGroup
+	active atomic.Int64   // open client connections, for the limit
+	wg     sync.WaitGroup // one per accepted connection until its session ends
+	ctx    context.Context
+
+	tasks  chan task     // hands work to a parked goroutine
+	done   chan struct{} // closed when serve returns: parked goroutines exit
+	parked atomic.Int32
+}
+
+// task is work for a goroutine: serve a new client (c), or copy a
+// session's client-to-backend direction (s).
+type task struct {
+	c *net.TCPConn
+	s *session
 }
 
 func (x *proxy) serve(ctx context.Context) error {
+	x.ctx = ctx
+	x.tasks = make(chan task)
+	x.done = make(chan struct{})
+	defer close(x.done)
 	var backoff time.Duration
 	for {
 		c, err := x.ln.AcceptTCP()
@@ -113,20 +136,49 @@ func (x *proxy) serve(ctx context.Context) error {
 			x.active.Add(-1)
 			_ = c.SetLinger(0) // RST: the client learns at once, no TIME_WAIT here
 			_ = c.Close()
-			x.pool.metrics.conn(x.pool.name, "limit")
+			inc(x.pool.conns.limit)
 			continue
 		}
 		x.wg.Add(1)
-		go func() {
-			defer x.wg.Done()
-			defer x.active.Add(-1)
-			x.handle(ctx, c)
-		}()
+		x.spawn(task{c: c})
 	}
 }
 
-// handle connects one client to a backend and splices until both are done.
-func (x *proxy) handle(ctx context.Context, client *net.TCPConn) {
+// spawn runs t on a parked goroutine if one is waiting, else on a new one.
+func (x *proxy) spawn(t task) {
+	select {
+	case x.tasks <- t:
+	default:
+		go x.work(t)
+	}
+}
+
+// work runs t, then parks for more while few goroutines are parked.
+func (x *proxy) work(t task) {
+	for {
+		if t.s != nil {
+			x.pipe(t.s, t.s.server, t.s.client, &t.s.in, "in")
+			x.finish(t.s)
+		} else {
+			x.handle(t.c)
+		}
+		if x.parked.Add(1) > maxParked {
+			x.parked.Add(-1)
+			return
+		}
+		select {
+		case t = <-x.tasks:
+			x.parked.Add(-1)
+		case <-x.done:
+			x.parked.Add(-1)
+			return
+		}
+	}
+}
+
+// handle connects one client to a backend and copies the backend-to-client
+// direction; the session ends when the last direction finishes.
+func (x *proxy) handle(client *net.TCPConn) {
 	p := x.pool
 	var tried []*backend
 	for range x.opts.Retries + 1 {
@@ -134,25 +186,26 @@ func (x *proxy) handle(ctx context.Context, client *net.TCPConn) {
 		if b == nil {
 			break
 		}
-		server, err := x.dialBackend(ctx, b.Addr)
+		server, err := x.dialBackend(x.ctx, b.Addr)
 		if err != nil {
 			p.release(b)
 			tried = append(tried, b)
 			p.log.Debug("dial backend", "backend", b.Name, "err", err)
 			continue
 		}
-		p.metrics.conn(p.name, "proxied")
+		inc(p.conns.proxied)
 		x.run(client, server, b)
-		p.release(b)
 		return
 	}
 	if len(tried) == 0 {
-		p.metrics.conn(p.name, "no_backend")
+		inc(p.conns.noBackend)
 	} else {
-		p.metrics.conn(p.name, "dial_failed")
+		inc(p.conns.dialFailed)
 	}
 	_ = client.SetLinger(0)
 	_ = client.Close()
+	x.active.Add(-1)
+	x.wg.Done()
 }
 
 func (x *proxy) dialBackend(ctx context.Context, addr string) (*net.TCPConn, error) {
@@ -173,9 +226,12 @@ func (x *proxy) dialBackend(ctx context.Context, addr string) (*net.TCPConn, err
 // session is one client spliced to one backend.
 type session struct {
 	client, server *net.TCPConn
+	crc, brc       syscall.RawConn // client's and backend's, made once for both directions
+	in, out        splicer         // client to backend, backend to client
 	b              *backend
 	last           atomic.Int64 // unix nanos of the last byte moved either way
 	finSeen        atomic.Bool  // one side has half-closed
+	copying        atomic.Int32 // directions still copying; the last one ends the session
 	closeOnce      sync.Once
 }
 
@@ -186,34 +242,54 @@ func (s *session) close() {
 	})
 }
 
+// run starts a session: the client-to-backend copy on another goroutine,
+// the backend-to-client copy on this one. Neither waits for the other;
+// whichever finishes last closes the session, so no goroutine parks only
+// to wait.
 func (x *proxy) run(client, server *net.TCPConn, b *backend) {
-	p := x.pool
 	s := &session{client: client, server: server, b: b}
+	var cerr, serr error
+	s.crc, cerr = client.SyscallConn()
+	s.brc, serr = server.SyscallConn()
+	if cerr != nil || serr != nil {
+		// Only a closed socket has no raw access; nothing to proxy then.
+		s.close()
+		x.pool.release(b)
+		x.active.Add(-1)
+		x.wg.Done()
+		return
+	}
+	s.in.init(s.brc, s.crc)
+	s.out.init(s.crc, s.brc)
+	s.copying.Store(2)
 	s.last.Store(time.Now().UnixNano())
-	p.addSession(s)
+	x.pool.addSession(s)
 	b.m.addActive(1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		x.pipe(s, server, client, "in")
-	}()
-	x.pipe(s, client, server, "out")
-	wg.Wait()
+	x.spawn(task{s: s})
+	x.pipe(s, client, server, &s.out, "out")
+	x.finish(s)
+}
+
+// finish ends s once both directions are done.
+func (x *proxy) finish(s *session) {
+	if s.copying.Add(-1) != 0 {
+		return
+	}
 	s.close()
-	b.m.addActive(-1)
-	p.removeSession(s)
+	s.b.m.addActive(-1)
+	x.pool.endSession(s)
+	x.active.Add(-1)
+	x.wg.Done()
 }
 
 // pipe moves src's bytes to dst until src's FIN, an error, or a timeout.
 //
-// dst.ReadFrom(src) with both ends *net.TCPConn is what makes the runtime
-// use splice(2): bytes go socket → pipe → socket inside the kernel. Nothing
-// may wrap either connection. Timeouts are therefore enforced with
+// The bytes go socket → pipe → socket with splice(2), inside the kernel;
+// nothing wraps either connection. Timeouts are therefore enforced with
 // deadlines instead of a counting reader: the read deadline wakes the copy
 // every window, the bytes it moved so far come back as its count, and the
 // session is closed once nothing moved for the applicable timeout.
-func (x *proxy) pipe(s *session, dst, src *net.TCPConn, dir string) {
+func (x *proxy) pipe(s *session, dst, src *net.TCPConn, sp *splicer, dir string) {
 	p := x.pool
 	window := x.opts.window()
 	for {
@@ -226,16 +302,16 @@ func (x *proxy) pipe(s *session, dst, src *net.TCPConn, dir string) {
 		_ = src.SetReadDeadline(now.Add(window))
 		// A write stalled for the whole limit means the reader is gone.
 		_ = dst.SetWriteDeadline(wdl)
-		n, err := dst.ReadFrom(src)
+		n, err := sp.copy()
 		if n > 0 {
 			s.last.Store(time.Now().UnixNano())
 			s.b.m.addBytes(dir, n)
 		}
 		if err == nil { // src sent FIN: pass it on, keep the other way open
-			if !s.finSeen.Swap(true) {
-				// The first FIN; after the second, run closes both anyway.
-				_ = dst.CloseWrite()
-			}
+			s.finSeen.Store(true)
+			// Also after the second FIN: the FIN then leaves here, as a
+			// raw call, rather than inside the session's close.
+			_ = sp.closeWrite()
 			return
 		}
 		// Both deadlines surface as the same error; only the read one is
