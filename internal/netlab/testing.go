@@ -4,12 +4,26 @@ import (
 	"context"
 	"net"
 	"os"
-	"testing"
 )
+
+// TB is the part of TB the helpers below use. netlab takes it as
+// an interface, not TB, so that the binary (which uses netlab for
+// `appliance lab`) does not link the testing package; *testing.T and
+// *testing.B satisfy it.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	Failed() bool
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	Skip(args ...any)
+}
 
 // RequireRoot skips t unless running as root; under CI (CI=true) it fails
 // instead, so that root-only tests cannot silently stop running.
-func RequireRoot(t testing.TB) {
+func RequireRoot(t TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -24,7 +38,7 @@ func RequireRoot(t testing.TB) {
 // the test if the lab cannot be built, and closes the lab when the test and
 // its subtests end, even after a panic. If the test failed, the output of
 // every process started through the lab is logged first.
-func NewT(t testing.TB, opts Options) *Lab {
+func NewT(t TB, opts Options) *Lab {
 	t.Helper()
 	RequireRoot(t)
 	l, err := New(context.Background(), opts)
@@ -43,7 +57,7 @@ func NewT(t testing.TB, opts Options) *Lab {
 }
 
 // logOutputs logs the tail of each tracked process's output.
-func (l *Lab) logOutputs(t testing.TB) {
+func (l *Lab) logOutputs(t TB) {
 	l.mu.Lock()
 	procs := append([]*Process(nil), l.procs...)
 	l.mu.Unlock()
@@ -59,7 +73,7 @@ func (l *Lab) logOutputs(t testing.TB) {
 // FreeLoopbackAddr returns a 127.0.0.1 port free for both UDP and TCP, for
 // servers that listen on both at one address (":0" would give the two
 // listeners different ports).
-func FreeLoopbackAddr(t testing.TB) string {
+func FreeLoopbackAddr(t TB) string {
 	t.Helper()
 	for range 20 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
