@@ -34,7 +34,8 @@ test-deps:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
+	@# CGO_ENABLED=0 as in build: vet and build share one set of compiled dependencies (a cold CI cache compiles client-go and friends once, not twice).
+	CGO_ENABLED=0 $(GO) vet -trimpath ./...
 	$(GO) test -count=1 -run 'TestDependencyGuard|TestLayering' ./cmd/appliance
 
 # Tier 1-4: unit, loopback and network-namespace tests (the latter need root;
