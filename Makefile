@@ -34,7 +34,7 @@ test-deps:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	@# CGO_ENABLED=0 as in build: vet and build share one set of compiled dependencies (a cold CI cache compiles client-go and friends once, not twice).
+	@# CGO_ENABLED=0 -trimpath as in build: vet and build share one set of compiled dependencies (a cold CI cache compiles client-go and friends once, not twice).
 	CGO_ENABLED=0 $(GO) vet -trimpath ./...
 	$(GO) test -count=1 -run 'TestDependencyGuard|TestLayering' ./cmd/appliance
 
