@@ -52,7 +52,14 @@ fuzz:
 	for pkg in $$($(GO) list ./...); do \
 		for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
 			echo "fuzz $$pkg $$f ($(FUZZTIME))"; \
-			$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1 || { cat $$log; exit 1; }; \
+			for try in 1 2; do \
+				$(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg >$$log 2>&1 && break; \
+				if [ $$try = 1 ] && grep -q 'context deadline exceeded' $$log && ! grep -q 'Failing input written' $$log; then \
+					echo "  go1.26's fuzz coordinator raced its own -fuzztime deadline (golang/go#75804, fixed in 1.27); no failing input: once more"; \
+					continue; \
+				fi; \
+				cat $$log; exit 1; \
+			done; \
 		done; \
 	done
 
