@@ -59,3 +59,22 @@ func TestLocal(t *testing.T) {
 		})
 	}
 }
+
+func TestResolve(t *testing.T) {
+	ctx := t.Context()
+	a, err := Resolve(ctx, nil, Source{Platform: OVirt, URL: "https://mirror.example/rhcos-openstack.x86_64.qcow2.gz", SHA256: strings.Repeat("ab", 32)})
+	if err != nil || a.Stream != "custom" || a.Flavor != FlavorOpenStack || a.Compression != CompressionGzip {
+		t.Fatalf("url source: %+v %v", a, err)
+	}
+	stream, err := filepath.Abs("testdata/rhcos-stream.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err = Resolve(ctx, nil, Source{Platform: Libvirt, Stream: stream})
+	if err != nil || a.Flavor != FlavorQEMU || a.URL == "" {
+		t.Fatalf("stream source: %+v %v", a, err)
+	}
+	if _, err := Resolve(ctx, nil, Source{Platform: Libvirt, Stream: filepath.Join(t.TempDir(), "none.json")}); err == nil {
+		t.Fatal("a missing stream file resolved")
+	}
+}

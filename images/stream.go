@@ -338,3 +338,29 @@ func isHexDigest(s string) bool {
 	}
 	return true
 }
+
+// Source is where a platform's image comes from, as appliance.yaml or flags
+// give it: a URL (with the digest of the file as downloaded and a flavour),
+// or else stream metadata (the built-in default when Stream is empty).
+type Source struct {
+	Platform            Platform
+	Stream, Arch        string
+	URL, SHA256, Flavor string
+}
+
+// Resolve turns s into one downloadable artifact; the stream is read only
+// when no URL is given.
+func Resolve(ctx context.Context, client *http.Client, s Source) (Artifact, error) {
+	if s.URL != "" {
+		return Custom(s.Platform, s.URL, s.SHA256, s.Flavor)
+	}
+	stream := s.Stream
+	if stream == "" {
+		stream = DefaultStreamURL
+	}
+	st, err := LoadStream(ctx, client, stream)
+	if err != nil {
+		return Artifact{}, err
+	}
+	return Select(st, s.Platform, s.Arch)
+}

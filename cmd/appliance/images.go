@@ -164,8 +164,7 @@ An interrupted fetch resumes where it stopped when run again.`,
 			if url == "" && (sum != "" || flavor != "") {
 				return fmt.Errorf("images fetch: --sha256 and --flavor go with --url")
 			}
-			src := imageSource{platform: p, stream: f.stream, arch: f.arch, url: url, sha256: sum, flavor: flavor}
-			a, err := src.artifact(ctx)
+			a, err := images.Resolve(ctx, nil, images.Source{Platform: p, Stream: f.stream, Arch: f.arch, URL: url, SHA256: sum, Flavor: flavor})
 			if err != nil {
 				return err
 			}

@@ -16,34 +16,9 @@ import (
 	"appliance/platform/ovirt"
 )
 
-// imageSource is where an image comes from, as flags or provision.image
-// give it: a URL (with its digest and flavour) or the stream.
-type imageSource struct {
-	platform            images.Platform
-	stream, arch        string
-	url, sha256, flavor string
-}
-
-// artifact resolves the source to one downloadable artifact; the stream is
-// read only when no URL is given.
-func (s imageSource) artifact(ctx context.Context) (images.Artifact, error) {
-	if s.url != "" {
-		return images.Custom(s.platform, s.url, s.sha256, s.flavor)
-	}
-	stream := s.stream
-	if stream == "" {
-		stream = images.DefaultStreamURL
-	}
-	st, err := images.LoadStream(ctx, nil, stream)
-	if err != nil {
-		return images.Artifact{}, err
-	}
-	return images.Select(st, s.platform, s.arch)
-}
-
-func sourceOf(p *cluster.Provision) imageSource {
+func sourceOf(p *cluster.Provision) images.Source {
 	i := p.Image
-	return imageSource{platform: images.Platform(p.Platform), stream: i.Stream, arch: i.Arch, url: i.URL, sha256: i.SHA256, flavor: i.Flavor}
+	return images.Source{Platform: images.Platform(p.Platform), Stream: i.Stream, Arch: i.Arch, URL: i.URL, SHA256: i.SHA256, Flavor: i.Flavor}
 }
 
 func toPlatformImage(i images.Image) platform.Image {
@@ -66,7 +41,7 @@ func describeImage(ctx context.Context, p *cluster.Provision, log *slog.Logger) 
 	case i.File != "":
 		return "local file " + i.File
 	}
-	a, err := sourceOf(p).artifact(ctx)
+	a, err := images.Resolve(ctx, nil, sourceOf(p))
 	if err != nil {
 		return fmt.Sprintf("unknown yet (%v)", err)
 	}
@@ -105,7 +80,7 @@ func fetchImage(ctx context.Context, p *cluster.Provision, out io.Writer, log *s
 		}
 		return toPlatformImage(img), nil
 	}
-	a, err := sourceOf(p).artifact(ctx)
+	a, err := images.Resolve(ctx, nil, sourceOf(p))
 	if err != nil {
 		return platform.Image{}, fmt.Errorf("provision: base image: %w", err)
 	}
