@@ -30,6 +30,7 @@ type fake struct {
 	between           func(name string)
 	active, maxActive atomic.Int32
 	startErr          error
+	overlap           bool // Create waits (bounded) for a second Create in flight
 }
 
 func newFake() *fake {
@@ -81,7 +82,11 @@ func (f *fake) Create(ctx context.Context, _ *Spec, m Machine, stage func(string
 	if f.between != nil {
 		f.between(m.Name)
 	}
-	time.Sleep(2 * time.Millisecond) // let others overlap
+	// Wait (bounded) for a second Create to be in flight, so the test of
+	// the parallelism bound does not depend on scheduling luck.
+	for deadline := time.Now().Add(time.Second); f.overlap && f.active.Load() < 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if fail {
 		return errors.New("disk quota exceeded")
 	}
@@ -165,6 +170,7 @@ func TestDiff(t *testing.T) {
 
 func TestApplyCreatesStartsAndIsIdempotent(t *testing.T) {
 	f := newFake()
+	f.overlap = true
 	spec := testSpec(2)
 	var events []Event
 	res, err := Apply(context.Background(), f, spec, ApplyOptions{Parallel: 3, Progress: func(e Event) { events = append(events, e) }})
