@@ -53,7 +53,8 @@ type Options struct {
 	// Table is the nftables table; "" means DefaultTable.
 	Table string
 	// NetNS is the path of the network namespace whose nftables the
-	// redirect changes; "" means this process's own.
+	// redirect changes and in which the proxy connects to backends; ""
+	// means this process's own.
 	NetNS string
 	// Dial opens backend connections (proxy and probes); nil means a
 	// plain dial. It must return *net.TCPConn.
@@ -116,9 +117,8 @@ func (o *Options) fill() error {
 	return nil
 }
 
-// defaultDial connects from the Control hook (rawConnect); it sets no
-// LocalAddr, which the dialer would bind only after that hook.
-var defaultDial = (&net.Dialer{KeepAlive: -1, ControlContext: rawConnect}).DialContext
+// defaultDial opens the health checks' connections.
+var defaultDial = (&net.Dialer{KeepAlive: -1}).DialContext
 
 // keepAliveListen returns a listen function whose listener carries the
 // keepalive settings itself: Linux copies them to every accepted socket, so
@@ -209,7 +209,7 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, m *Metrics, lo
 		}
 		prober := &HTTPSProber{Path: spec.po.CheckPath, Dial: opts.Dial}
 		pool := newPool(spec.name, opts.Balance, opts.Health, prober, m, l.log, notify)
-		l.proxies = append(l.proxies, &proxy{pool: pool, opts: opts.Proxy, dial: opts.Dial, ln: tl})
+		l.proxies = append(l.proxies, &proxy{pool: pool, opts: opts.Proxy, ln: tl, enter: enterNetNS(opts.NetNS)})
 		l.poolOpt = append(l.poolOpt, spec.po)
 	}
 	if len(l.proxies) == 0 {
@@ -224,6 +224,25 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, m *Metrics, lo
 		l.redir = r
 	}
 	return l, nil
+}
+
+// enterNetNS returns what moves the calling, locked thread into the network
+// namespace at path; nil when path is "" (stay where the process is).
+func enterNetNS(path string) func() error {
+	if path == "" {
+		return nil
+	}
+	return func() error {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("lb: open network namespace %s: %w", path, err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("lb: enter network namespace %s: %w", path, err)
+		}
+		return nil
+	}
 }
 
 func (l *LB) closeListeners() {
@@ -299,6 +318,17 @@ func (l *LB) Run(ctx context.Context) error {
 		}
 		defer l.redir.Close()
 	}
+	for i, x := range l.proxies {
+		if err := x.start(); err != nil {
+			for _, y := range l.proxies[:i] {
+				y.stopAccepting()
+				y.wg.Wait()
+			}
+			l.closeListeners()
+			return err
+		}
+		l.log.Info("listening", "pool", x.pool.name, "addr", x.ln.Addr().String())
+	}
 	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopChecks()
 
@@ -312,14 +342,6 @@ func (l *LB) Run(ctx context.Context) error {
 			}
 		}
 	}()
-	for _, x := range l.proxies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = x.serve(ctx)
-		}()
-		l.log.Info("listening", "pool", x.pool.name, "addr", x.ln.Addr().String())
-	}
 	redirDone := make(chan struct{})
 	go func() {
 		defer close(redirDone)
@@ -333,6 +355,9 @@ func (l *LB) Run(ctx context.Context) error {
 			l.log.Error("remove redirect", "err", err)
 		}
 		l.setRules(nil)
+	}
+	for _, x := range l.proxies {
+		x.stopAccepting()
 	}
 	l.closeListeners()
 	l.drain()
@@ -361,7 +386,7 @@ func (l *LB) drain() {
 	n := 0
 	for _, x := range l.proxies {
 		n += int(x.active.Load())
-		x.pool.closeSessions()
+		x.closeAll()
 	}
 	l.log.Info("drain timeout: closing sessions", "sessions", n)
 	<-done

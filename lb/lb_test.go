@@ -259,12 +259,15 @@ func rawProxy(t *testing.T, addrs []string, po ProxyOptions) (*proxy, func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := &proxy{pool: p, opts: po, dial: defaultDial, ln: ln.(*net.TCPListener)}
-	go func() { _ = x.serve(ctx) }()
+	x := &proxy{pool: p, opts: po, ln: ln.(*net.TCPListener)}
+	if err := x.start(); err != nil {
+		t.Fatal(err)
+	}
 	stop := func() {
 		cancel()
+		x.stopAccepting()
 		_ = ln.Close()
-		p.closeSessions()
+		x.closeAll()
 		x.wg.Wait()
 		p.stop()
 	}

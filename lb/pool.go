@@ -53,6 +53,7 @@ func targetsFor(members []cluster.Member, port uint16) []BackendTarget {
 // the pool's mutex.
 type backend struct {
 	BackendTarget
+	ap     netip.AddrPort // Addr, parsed once for the proxy's connects
 	cancel context.CancelFunc
 	done   chan struct{}
 
@@ -140,7 +141,9 @@ func (p *Pool) setTargets(ctx context.Context, targets []BackendTarget) {
 			continue
 		}
 		cctx, cancel := context.WithCancel(p.ctx)
-		b := &backend{BackendTarget: t, cancel: cancel, done: make(chan struct{}), m: p.metrics.backend(p.name, t.Name)}
+		// An address that does not parse fails every connect (and check).
+		ap, _ := netip.ParseAddrPort(t.Addr)
+		b := &backend{BackendTarget: t, ap: ap, cancel: cancel, done: make(chan struct{}), m: p.metrics.backend(p.name, t.Name)}
 		p.backends[name] = b
 		start = append(start, b)
 		go p.checkLoop(cctx, b)
@@ -384,18 +387,6 @@ func (p *Pool) endSession(s *session) {
 	delete(p.sessions, s)
 	s.b.active--
 	p.mu.Unlock()
-}
-
-func (p *Pool) closeSessions() {
-	p.mu.Lock()
-	ss := make([]*session, 0, len(p.sessions))
-	for s := range p.sessions {
-		ss = append(ss, s)
-	}
-	p.mu.Unlock()
-	for _, s := range ss {
-		s.close()
-	}
 }
 
 // BackendStatus is one backend as shown on /status.

@@ -2,14 +2,14 @@ package lb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ProxyOptions bound what one pool's proxy holds open.
@@ -70,264 +70,92 @@ func (o *ProxyOptions) fill() {
 	}
 }
 
-// window is how often a blocked copy wakes to look at the session's
-// activity: often enough to enforce the shorter timeout within a quarter of
-// it, rarely enough to cost nothing on many idle sessions.
-func (o ProxyOptions) window() time.Duration {
-	w := min(o.IdleTimeout, o.FinTimeout) / 4
+// sweep is how often a loop looks for sessions past a timeout: often
+// enough to enforce the shortest within a quarter of it, rarely enough to
+// cost nothing on many idle sessions.
+func (o ProxyOptions) sweep() time.Duration {
+	w := min(o.IdleTimeout, o.FinTimeout, o.ConnectTimeout) / 4
 	return max(10*time.Millisecond, min(w, 5*time.Second))
 }
 
-// DialFunc opens a connection to a backend; it must return a *net.TCPConn.
+// DialFunc opens a connection to a backend for a health check; it must
+// return a *net.TCPConn.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// maxParked bounds the goroutines kept parked for reuse. A connection's
-// goroutines run deep call chains (dial, splice); a fresh goroutine grows
-// its stack by copying on every connection, a reused one keeps it. The
-// bound keeps an idle proxy small.
-const maxParked = 64
-
-// proxy accepts clients on one listener and splices them to a pool.
+// proxy accepts clients on one listener and splices them to a pool, on
+// one event loop per processor (loop.go).
 type proxy struct {
 	pool   *Pool
 	opts   ProxyOptions
-	dial   DialFunc
 	ln     *net.TCPListener
+	enter  func() error   // nil, or enters the network namespace backends are dialled in
 	active atomic.Int64   // open client connections, for the limit
-	wg     sync.WaitGroup // one per accepted connection until its session ends
-	ctx    context.Context
+	wg     sync.WaitGroup // one per running loop: done once it stopped accepting and its sessions ended
 
-	tasks  chan task     // hands work to a parked goroutine
-	done   chan struct{} // closed when serve returns: parked goroutines exit
-	parked atomic.Int32
+	mu    sync.Mutex
+	loops []*loop
 }
 
-// task is work for a goroutine: serve a new client (c), or copy a
-// session's client-to-backend direction (s).
-type task struct {
-	c *net.TCPConn
-	s *session
-}
-
-func (x *proxy) serve(ctx context.Context) error {
-	x.ctx = ctx
-	x.tasks = make(chan task)
-	x.done = make(chan struct{})
-	defer close(x.done)
-	var backoff time.Duration
-	for {
-		c, err := x.ln.AcceptTCP()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			// Out of file descriptors and the like: back off, keep serving.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			x.pool.log.Warn("accept", "err", err)
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(backoff):
-			}
-			continue
-		}
-		backoff = 0
-		if x.active.Add(1) > int64(x.opts.MaxConns) {
-			x.active.Add(-1)
-			_ = c.SetLinger(0) // RST: the client learns at once, no TIME_WAIT here
-			_ = c.Close()
-			inc(x.pool.conns.limit)
-			continue
-		}
-		x.wg.Add(1)
-		x.spawn(task{c: c})
-	}
-}
-
-// spawn runs t on a parked goroutine if one is waiting, else on a new one.
-func (x *proxy) spawn(t task) {
-	select {
-	case x.tasks <- t:
-	default:
-		go x.work(t)
-	}
-}
-
-// work runs t, then parks for more while few goroutines are parked.
-func (x *proxy) work(t task) {
-	for {
-		if t.s != nil {
-			x.pipe(t.s, t.s.server, t.s.client, &t.s.in, "in")
-			x.finish(t.s)
-		} else {
-			x.handle(t.c)
-		}
-		if x.parked.Add(1) > maxParked {
-			x.parked.Add(-1)
-			return
-		}
-		select {
-		case t = <-x.tasks:
-			x.parked.Add(-1)
-		case <-x.done:
-			x.parked.Add(-1)
-			return
-		}
-	}
-}
-
-// handle connects one client to a backend and copies the backend-to-client
-// direction; the session ends when the last direction finishes.
-func (x *proxy) handle(client *net.TCPConn) {
-	p := x.pool
-	var tried []*backend
-	for range x.opts.Retries + 1 {
-		b := p.pick(tried)
-		if b == nil {
-			break
-		}
-		server, err := x.dialBackend(x.ctx, b.Addr)
-		if err != nil {
-			p.release(b)
-			tried = append(tried, b)
-			p.log.Debug("dial backend", "backend", b.Name, "err", err)
-			continue
-		}
-		inc(p.conns.proxied)
-		x.run(client, server, b)
-		return
-	}
-	if len(tried) == 0 {
-		inc(p.conns.noBackend)
-	} else {
-		inc(p.conns.dialFailed)
-	}
-	_ = client.SetLinger(0)
-	_ = client.Close()
-	x.active.Add(-1)
-	x.wg.Done()
-}
-
-func (x *proxy) dialBackend(ctx context.Context, addr string) (*net.TCPConn, error) {
-	dctx, cancel := context.WithTimeout(ctx, x.opts.ConnectTimeout)
-	defer cancel()
-	c, err := x.dial(dctx, "tcp", addr)
+// start starts the loops.
+func (x *proxy) start() error {
+	rc, err := x.ln.SyscallConn()
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("lb: %s: listener: %w", x.pool.name, err)
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		_ = c.Close()
-		return nil, fmt.Errorf("lb: dial %s: got %T, want *net.TCPConn (splice needs both ends raw)", addr, c)
-	}
-	return tc, nil
-}
-
-// session is one client spliced to one backend.
-type session struct {
-	client, server *net.TCPConn
-	crc, brc       syscall.RawConn // client's and backend's, made once for both directions
-	in, out        splicer         // client to backend, backend to client
-	b              *backend
-	last           atomic.Int64 // unix nanos of the last byte moved either way
-	finSeen        atomic.Bool  // one side has half-closed
-	copying        atomic.Int32 // directions still copying; the last one ends the session
-	closeOnce      sync.Once
-}
-
-func (s *session) close() {
-	s.closeOnce.Do(func() {
-		_ = s.client.Close()
-		_ = s.server.Close()
+	var loops []*loop
+	cerr := rc.Control(func(fd uintptr) {
+		// Accepted sockets inherit it: the proxy passes on small writes
+		// (TLS records) at once, and sets nothing per connection. Best
+		// effort.
+		_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		for range runtime.GOMAXPROCS(0) {
+			l, lerr := newLoop(x, int(fd))
+			if lerr != nil {
+				err = lerr
+				return
+			}
+			loops = append(loops, l)
+		}
 	})
-}
-
-// run starts a session: the client-to-backend copy on another goroutine,
-// the backend-to-client copy on this one. Neither waits for the other;
-// whichever finishes last closes the session, so no goroutine parks only
-// to wait.
-func (x *proxy) run(client, server *net.TCPConn, b *backend) {
-	s := &session{client: client, server: server, b: b}
-	var cerr, serr error
-	s.crc, cerr = client.SyscallConn()
-	s.brc, serr = server.SyscallConn()
-	if cerr != nil || serr != nil {
-		// Only a closed socket has no raw access; nothing to proxy then.
-		s.close()
-		x.pool.release(b)
-		x.active.Add(-1)
-		x.wg.Done()
-		return
+	if cerr == nil && err != nil {
+		cerr = err
 	}
-	s.in.init(s.brc, s.crc)
-	s.out.init(s.crc, s.brc)
-	s.copying.Store(2)
-	s.last.Store(time.Now().UnixNano())
-	x.pool.addSession(s)
-	b.m.addActive(1)
-	x.spawn(task{s: s})
-	x.pipe(s, client, server, &s.out, "out")
-	x.finish(s)
-}
-
-// finish ends s once both directions are done.
-func (x *proxy) finish(s *session) {
-	if s.copying.Add(-1) != 0 {
-		return
+	if cerr != nil {
+		for _, l := range loops {
+			l.release()
+		}
+		return fmt.Errorf("lb: %s: start proxy: %w", x.pool.name, cerr)
 	}
-	s.close()
-	s.b.m.addActive(-1)
-	x.pool.endSession(s)
-	x.active.Add(-1)
-	x.wg.Done()
+	x.mu.Lock()
+	x.loops = loops
+	x.mu.Unlock()
+	for _, l := range loops {
+		x.wg.Add(1)
+		go func() {
+			defer x.wg.Done()
+			l.run()
+		}()
+	}
+	return nil
 }
 
-// pipe moves src's bytes to dst until src's FIN, an error, or a timeout.
-//
-// The bytes go socket → pipe → socket with splice(2), inside the kernel;
-// nothing wraps either connection. Timeouts are therefore enforced with
-// deadlines instead of a counting reader: the read deadline wakes the copy
-// every window, the bytes it moved so far come back as its count, and the
-// session is closed once nothing moved for the applicable timeout.
-func (x *proxy) pipe(s *session, dst, src *net.TCPConn, sp *splicer, dir string) {
-	p := x.pool
-	window := x.opts.window()
-	for {
-		limit := x.opts.IdleTimeout
-		if s.finSeen.Load() {
-			limit = x.opts.FinTimeout
-		}
-		now := time.Now()
-		wdl := now.Add(limit)
-		_ = src.SetReadDeadline(now.Add(window))
-		// A write stalled for the whole limit means the reader is gone.
-		_ = dst.SetWriteDeadline(wdl)
-		n, err := sp.copy()
-		if n > 0 {
-			s.last.Store(time.Now().UnixNano())
-			s.b.m.addBytes(dir, n)
-		}
-		if err == nil { // src sent FIN: pass it on, keep the other way open
-			s.finSeen.Store(true)
-			// Also after the second FIN: the FIN then leaves here, as a
-			// raw call, rather than inside the session's close.
-			_ = sp.closeWrite()
-			return
-		}
-		// Both deadlines surface as the same error; only the read one is
-		// resumable (the splice pipe is empty between reads, while a write
-		// timeout may have stranded bytes in it), and it is the only one that
-		// can have passed while the write deadline lies ahead.
-		if errors.Is(err, os.ErrDeadlineExceeded) && time.Now().Before(wdl) {
-			if s.finSeen.Load() {
-				limit = x.opts.FinTimeout
-			}
-			if time.Since(time.Unix(0, s.last.Load())) < limit {
-				continue
-			}
-			p.log.Debug("session timed out", "backend", s.b.Name, "half_closed", s.finSeen.Load())
-		}
-		s.close()
-		return
+// stopAccepting makes the loops leave the listener; open sessions go on
+// until they end or closeAll, and wg is done once they have.
+func (x *proxy) stopAccepting() {
+	x.mu.Lock()
+	loops := x.loops
+	x.mu.Unlock()
+	for _, l := range loops {
+		l.post(l.stopAccepting)
+	}
+}
+
+// closeAll ends every open session now.
+func (x *proxy) closeAll() {
+	x.mu.Lock()
+	loops := x.loops
+	x.mu.Unlock()
+	for _, l := range loops {
+		l.post(l.closeAll)
 	}
 }
