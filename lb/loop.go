@@ -31,6 +31,11 @@ import (
 // flood of new clients cannot starve established sessions.
 const acceptBatch = 32
 
+// bufSize is how much one copied read takes; a read that fills it makes
+// the direction bulk (spliced), as haproxy's buffers of the same size
+// decide for its splice-auto.
+const bufSize = 16 << 10
+
 // sessionEvents: every session socket is registered once, for both
 // directions, edge-triggered.
 const sessionEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
@@ -40,8 +45,6 @@ type loop struct {
 	epfd    int
 	file    *os.File        // epfd, as the runtime poller knows it
 	rc      syscall.RawConn // file's: waits for events in the runtime poller
-	wait    func(fd uintptr) bool
-	n       int // events the last poll returned
 	pollErr error
 	evfd    int // eventfd: post wakes the loop with it
 	lfd     int // this loop's duplicate of the listener; -1 once it stopped accepting
@@ -50,8 +53,10 @@ type loop struct {
 	byFD    []*session
 	live    []*session // every open session, for the timeout sweep (session.idx)
 	pipes   []*kpipe   // empty pipes kept for reuse
-	tick    int64      // sweep interval, nanoseconds
-	next    int64      // when the next sweep is due
+	bufs    []*[bufSize]byte
+	buf     [bufSize]byte // every copied read lands here first
+	tick    int64         // sweep interval, nanoseconds
+	next    int64         // when the next sweep is due
 
 	acceptPaused int64 // while > now, the listener is out of the epoll set
 	stopping     bool  // stopped accepting: exit once the last session ends
@@ -84,7 +89,6 @@ func newLoop(x *proxy, lnfd int) (*loop, error) {
 		_ = l.file.Close()
 		return nil, err
 	}
-	l.wait = l.poll
 	if l.evfd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 		l.release()
 		return nil, os.NewSyscallError("eventfd", err)
@@ -179,14 +183,13 @@ func (l *loop) run() {
 		}
 	}
 	l.now = int64(time.Since(l.base))
-	for !l.stopping || len(l.live) > 0 {
+	for !l.finished() {
 		if l.now >= l.next {
 			l.sweep()
 			l.next = l.now + l.tick
 			_ = l.file.SetReadDeadline(l.base.Add(time.Duration(l.next)))
 		}
-		l.n = 0
-		err := l.rc.Read(l.wait)
+		err := l.rc.Read(l.serve)
 		l.now = int64(time.Since(l.base))
 		if err == nil {
 			err = l.pollErr
@@ -196,34 +199,58 @@ func (l *loop) run() {
 			l.closeAll()
 			return
 		}
-		for i := range l.n {
+	}
+}
+
+func (l *loop) finished() bool { return l.stopping && len(l.live) == 0 }
+
+// serve is the loop's body, run by the runtime poller's wait on the epoll
+// instance: it takes and handles events until none are left, and then
+// parks the loop (false). It returns true when a sweep is due or the loop
+// is finished.
+//
+// A batch that drained the ready list needs no further (empty) poll before
+// parking: every event queued later notifies the runtime poller, which
+// within this one Read call keeps that notice for the wait. Level-triggered
+// entries (the listener, the eventfd) are put back on the list without a
+// notice, so a batch with one of them polls again.
+func (l *loop) serve(fd uintptr) bool {
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 {
+			l.pollErr = os.NewSyscallError("epoll_pwait", e)
+			return true
+		}
+		n := int(r)
+		if n == 0 {
+			return false
+		}
+		again := n == len(l.events)
+		for i := range n {
 			ev := &l.events[i]
 			fd := int(ev.Fd)
 			switch {
 			case fd == l.evfd:
 				l.runCommands()
+				again = true
 			case fd == l.lfd:
 				l.accept()
+				again = true
 			case fd < len(l.byFD) && l.byFD[fd] != nil:
 				l.onEvent(l.byFD[fd], fd, ev.Events)
 			}
 		}
+		l.now = int64(time.Since(l.base))
+		if l.now >= l.next || l.finished() {
+			return true
+		}
+		if !again {
+			return false
+		}
 	}
-}
-
-// poll takes the ready events without blocking; false (none) parks the
-// loop in the runtime poller until the epoll instance is readable.
-func (l *loop) poll(fd uintptr) bool {
-	r, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, fd, uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
-	switch {
-	case e == 0:
-		l.n = int(r)
-		return l.n > 0
-	case e == unix.EINTR:
-		return false
-	}
-	l.pollErr = os.NewSyscallError("epoll_pwait", e)
-	return true
 }
 
 // stopAccepting takes the loop's listener out; the loop exits once its
@@ -487,25 +514,32 @@ func (l *loop) connectFailed(s *session, e unix.Errno) {
 // dst takes no more, or src's FIN, which it passes on with shutdown. It
 // returns false when the session ended.
 //
+// Bytes are first read into the loop's buffer and sent on at once, as
+// haproxy does: for the small messages of most sessions one copy each way
+// costs less than splice's page handling (which copies a small packet's
+// bytes into a fresh page anyway). A read that fills the buffer marks the
+// direction bulk, and from then on its bytes go socket → pipe → socket by
+// splice and never through user space. What dst does not take at once
+// waits in the pipe or in a buffer of the session's own.
+//
 // edge says pump runs for a readable event on src that reported no FIN,
-// hang-up or error. Then a read shorter than the pipe's slot count has
-// emptied src: it was not cut short by a full pipe (every slot holds at
-// least a byte) nor by a FIN (the event would have said so, and a FIN that
-// arrives after it raises a new one), and anything that arrives later
-// raises a new edge. pump then stops without the read that would only
-// return EAGAIN.
+// hang-up or error. Then a short read has emptied src: it was not cut
+// short by a FIN (the event would have said so, and a FIN that arrives
+// after it raises a new one) nor, for splice, by a full pipe (a read of
+// fewer bytes than the pipe has slots cannot fill it: every slot holds at
+// least a byte), and anything that arrives later raises a new edge. pump
+// then stops without the read that would only return EAGAIN.
 func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge bool) bool {
 	var moved int64
 	var fail unix.Errno
 	drained := false
 	for {
-		if d.p != nil && d.p.data > 0 {
-			n, e := rawSplice(d.p.r, dst, d.p.data)
+		if d.pending() {
+			n, e := l.flush(d, dst)
 			if n > 0 {
 				if s.connecting {
 					l.confirm(s) // the backend took bytes: it is connected
 				}
-				d.p.data -= n
 				moved += int64(n)
 				continue
 			}
@@ -519,31 +553,53 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 			fail = e
 			break
 		}
-		if d.eof {
+		if d.eof || drained {
 			break
 		}
-		if drained {
-			l.putPipe(d.p)
-			d.p = nil
-			break
-		}
-		if d.p == nil {
-			var err error
-			if d.p, err = l.getPipe(); err != nil {
-				l.x.pool.log.Warn("proxy: pipe", "err", err)
-				fail = unix.EMFILE
+		var n int
+		var e unix.Errno
+		if d.bulk {
+			if d.p == nil {
+				var err error
+				if d.p, err = l.getPipe(); err != nil {
+					l.x.pool.log.Warn("proxy: pipe", "err", err)
+					fail = unix.EMFILE
+					break
+				}
+			}
+			if n, e = rawSplice(src, d.p.w, maxSplice); n > 0 {
+				d.p.data += n
+				drained = edge && n < d.p.slots
+				continue
+			}
+		} else if n, e = rawRecv(src, l.buf[:]); n > 0 {
+			if n == len(l.buf) {
+				d.bulk = true
+			} else {
+				drained = edge
+			}
+			w, we := rawSend(dst, l.buf[:n])
+			if w > 0 {
+				if s.connecting {
+					l.confirm(s)
+				}
+				moved += int64(w)
+			}
+			if w < n {
+				d.hold(l, l.buf[max(w, 0):n])
+				if we == 0 || we == unix.EAGAIN {
+					break // dst is full, or still connecting: its EPOLLOUT resumes this
+				}
+				if s.connecting {
+					l.connectFailed(s, we)
+					return !s.closed
+				}
+				fail = we
 				break
 			}
-		}
-		n, e := rawSplice(src, d.p.w, maxSplice)
-		if n > 0 {
-			d.p.data += n
-			drained = edge && n < d.p.slots
 			continue
 		}
 		if e == unix.EAGAIN {
-			l.putPipe(d.p) // nothing to read: hold no pipe while waiting
-			d.p = nil
 			break
 		}
 		if e != 0 {
@@ -555,11 +611,13 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 		// FIN), nor to a backend still connecting (a shutdown would abort
 		// the connect; confirm sends it).
 		d.eof = true
-		l.putPipe(d.p)
-		d.p = nil
 		if !(s.in.eof && s.out.eof) && !s.connecting {
 			_, _, _ = unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(dst), unix.SHUT_WR, 0)
 		}
+	}
+	if d.p != nil && d.p.data == 0 {
+		l.putPipe(d.p) // hold no pipe while waiting
+		d.p = nil
 	}
 	if moved > 0 {
 		s.last = l.now
@@ -567,12 +625,52 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 	}
 	if fail != 0 || (s.in.eof && s.out.eof) {
 		if fail != 0 && fail != unix.ECONNRESET && fail != unix.EPIPE {
-			l.x.pool.log.Debug("proxy: splice", "backend", s.b.Name, "err", os.NewSyscallError("splice", fail))
+			l.x.pool.log.Debug("proxy: copy", "backend", s.b.Name, "err", os.NewSyscallError("splice", fail))
 		}
 		l.closeSession(s)
 		return false
 	}
 	return true
+}
+
+// flush writes what waits for dst: the pipe's bytes, or the held ones.
+func (l *loop) flush(d *direction, dst int) (int, unix.Errno) {
+	if d.p != nil && d.p.data > 0 {
+		n, e := rawSplice(d.p.r, dst, d.p.data)
+		if n > 0 {
+			d.p.data -= n
+		}
+		return n, e
+	}
+	n, e := rawSend(dst, d.held)
+	if n > 0 {
+		d.held = d.held[n:]
+		if len(d.held) == 0 {
+			l.putBuf(d)
+		}
+	}
+	return n, e
+}
+
+// rawRecv reads what src holds, up to len(b), without blocking.
+func rawRecv(fd int, b []byte) (int, unix.Errno) {
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT, 0, 0)
+		if e != unix.EINTR {
+			return int(r), e
+		}
+	}
+}
+
+// rawSend writes b to fd without blocking; a closed peer is an EPIPE
+// error, not a signal.
+func rawSend(fd int, b []byte) (int, unix.Errno) {
+	for {
+		r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
+		if e != unix.EINTR {
+			return int(r), e
+		}
+	}
 }
 
 // sweep enforces the timeouts: connect, idle, and idle after a half-close.
@@ -636,6 +734,7 @@ func (l *loop) closeSession(s *session) {
 			l.putPipe(d.p)
 			d.p = nil
 		}
+		l.putBuf(d)
 	}
 	p := l.x.pool
 	switch {
@@ -691,11 +790,36 @@ func (s *session) close() {
 	s.l.post(func() { s.l.closeSession(s) })
 }
 
-// direction is one way of a session: its pipe while bytes are in flight,
-// and whether its source has finished (its FIN passed on).
+// direction is one way of a session: the bytes dst has not taken yet (in
+// its pipe, or held), whether it moves by splice, and whether its source
+// has finished (its FIN passed on).
 type direction struct {
-	p   *kpipe
-	eof bool
+	p    *kpipe
+	held []byte // copied bytes dst has not taken, in buf
+	buf  *[bufSize]byte
+	bulk bool
+	eof  bool
 }
 
-func (d *direction) pending() bool { return d.p != nil && d.p.data > 0 }
+func (d *direction) pending() bool { return (d.p != nil && d.p.data > 0) || len(d.held) > 0 }
+
+// hold keeps b, which dst did not take, in a buffer of d's own.
+func (d *direction) hold(l *loop, b []byte) {
+	if d.buf == nil {
+		if n := len(l.bufs); n > 0 {
+			d.buf = l.bufs[n-1]
+			l.bufs = l.bufs[:n-1]
+		} else {
+			d.buf = new([bufSize]byte)
+		}
+	}
+	d.held = d.buf[:copy(d.buf[:], b)]
+}
+
+// putBuf gives d's buffer back to the loop once d holds nothing.
+func (l *loop) putBuf(d *direction) {
+	if d.buf != nil && len(l.bufs) < maxFreePipes {
+		l.bufs = append(l.bufs, d.buf)
+	}
+	d.buf, d.held = nil, nil
+}

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"net/netip"
@@ -78,15 +79,24 @@ func TestProxyReusesPipesAndStops(t *testing.T) {
 	before := runtime.NumGoroutine()
 	fdsBefore := openFDs(t)
 	x, stop := rawProxy(t, []string{echo}, ProxyOptions{})
-	for range 200 {
+	// Small messages are copied; large ones (a read that fills the copy
+	// buffer) are spliced through pipes.
+	small, large := []byte("ping"), bytes.Repeat([]byte("0123456789abcdef"), 64<<10)
+	for i := range 200 {
+		msg := small
+		if i%20 == 0 {
+			msg = large
+		}
 		c, err := net.Dial("tcp", x.ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _ = io.WriteString(c, "ping")
-		_ = c.(*net.TCPConn).CloseWrite()
-		if b, _ := io.ReadAll(c); string(b) != "ping" {
-			t.Fatalf("echo %q", b)
+		go func() {
+			_, _ = c.Write(msg)
+			_ = c.(*net.TCPConn).CloseWrite()
+		}()
+		if b, _ := io.ReadAll(c); !bytes.Equal(b, msg) {
+			t.Fatalf("echo of %d bytes came back as %d", len(msg), len(b))
 		}
 		_ = c.Close()
 	}
