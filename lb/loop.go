@@ -1,7 +1,9 @@
 package lb
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"net/netip"
 	"os"
 	"runtime"
@@ -55,6 +57,7 @@ type loop struct {
 	pipes   []*kpipe   // empty pipes kept for reuse
 	bufs    []*[bufSize]byte
 	buf     [bufSize]byte // every copied read lands here first
+	ids     uint32        // the last session's id
 	tick    int64         // sweep interval, nanoseconds
 	next    int64         // when the next sweep is due
 
@@ -98,8 +101,8 @@ func newLoop(x *proxy, lnfd int) (*loop, error) {
 		l.release()
 		return nil, os.NewSyscallError("dup listener", err)
 	}
-	if err = l.ctl(unix.EPOLL_CTL_ADD, l.evfd, unix.EPOLLIN); err == nil {
-		err = l.ctl(unix.EPOLL_CTL_ADD, l.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE)
+	if err = l.ctl(unix.EPOLL_CTL_ADD, l.evfd, unix.EPOLLIN, 0); err == nil {
+		err = l.ctl(unix.EPOLL_CTL_ADD, l.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, 0)
 	}
 	if err != nil {
 		l.release()
@@ -109,8 +112,10 @@ func newLoop(x *proxy, lnfd int) (*loop, error) {
 	return l, nil
 }
 
-func (l *loop) ctl(op, fd int, events uint32) error {
-	ev := unix.EpollEvent{Events: events, Fd: int32(fd)}
+// ctl changes fd's registration; id (a session's) comes back with its
+// events.
+func (l *loop) ctl(op, fd int, events uint32, id uint32) error {
+	ev := unix.EpollEvent{Events: events, Fd: int32(fd), Pad: int32(id)}
 	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(l.epfd), uintptr(op), uintptr(fd), uintptr(unsafe.Pointer(&ev)), 0, 0)
 	if e != 0 {
 		return os.NewSyscallError("epoll_ctl", e)
@@ -202,6 +207,13 @@ func (l *loop) run() {
 	}
 }
 
+// debugging says whether debug lines are logged: failure paths build
+// their arguments only then, so a flood of refused connects allocates
+// nothing.
+func (l *loop) debugging() bool {
+	return l.x.pool.log.Enabled(context.Background(), slog.LevelDebug)
+}
+
 func (l *loop) finished() bool { return l.stopping && len(l.live) == 0 }
 
 // serve is the loop's body, run by the runtime poller's wait on the epoll
@@ -239,7 +251,9 @@ func (l *loop) serve(fd uintptr) bool {
 			case fd == l.lfd:
 				l.accept()
 				again = true
-			case fd < len(l.byFD) && l.byFD[fd] != nil:
+			case fd < len(l.byFD) && l.byFD[fd] != nil && l.byFD[fd].id == uint32(ev.Pad):
+				// (An event of a session closed earlier in this batch
+				// whose descriptor number was reused does not match.)
 				l.onEvent(l.byFD[fd], fd, ev.Events)
 			}
 		}
@@ -260,7 +274,7 @@ func (l *loop) stopAccepting() {
 	l.stopping = true
 	if l.lfd >= 0 {
 		if l.acceptPaused == 0 {
-			_ = l.ctl(unix.EPOLL_CTL_DEL, l.lfd, 0)
+			_ = l.ctl(unix.EPOLL_CTL_DEL, l.lfd, 0, 0)
 		}
 		_ = unix.Close(l.lfd)
 		l.lfd = -1
@@ -289,7 +303,7 @@ func (l *loop) accept() {
 			// so leave it out of the wait for a while instead of spinning.
 			x.pool.log.Warn("accept", "err", os.NewSyscallError("accept4", e))
 			if l.acceptPaused == 0 {
-				_ = l.ctl(unix.EPOLL_CTL_DEL, l.lfd, 0)
+				_ = l.ctl(unix.EPOLL_CTL_DEL, l.lfd, 0, 0)
 			}
 			l.acceptPaused = l.now + int64(100*time.Millisecond)
 			return
@@ -301,10 +315,11 @@ func (l *loop) accept() {
 			inc(x.pool.conns.limit)
 			continue
 		}
-		s := &session{l: l, cfd: fd, sfd: -1, last: l.now}
+		l.ids++
+		s := &session{l: l, id: l.ids, cfd: fd, sfd: -1, last: l.now}
 		s.tried = s.triedBuf[:0]
 		l.track(s)
-		if err := l.ctl(unix.EPOLL_CTL_ADD, fd, sessionEvents); err != nil {
+		if err := l.ctl(unix.EPOLL_CTL_ADD, fd, sessionEvents, s.id); err != nil {
 			x.pool.log.Warn("proxy: register client", "err", err)
 			l.closeSession(s)
 			continue
@@ -353,12 +368,14 @@ func (l *loop) connect(s *session) {
 		fd, e := dialRaw(b.ap)
 		if e != 0 && e != unix.EINPROGRESS {
 			p.release(b)
-			p.log.Debug("dial backend", "backend", b.Name, "err", os.NewSyscallError("connect", e))
+			if l.debugging() {
+				p.log.Debug("dial backend", "backend", b.Name, "err", os.NewSyscallError("connect", e))
+			}
 			continue
 		}
 		s.b, s.sfd = b, fd
 		l.setFD(fd, s)
-		if err := l.ctl(unix.EPOLL_CTL_ADD, fd, sessionEvents); err != nil {
+		if err := l.ctl(unix.EPOLL_CTL_ADD, fd, sessionEvents, s.id); err != nil {
 			l.dropBackend(s)
 			p.log.Warn("proxy: register backend", "err", err)
 			continue
@@ -393,8 +410,9 @@ func (l *loop) dropBackend(s *session) {
 	s.sfd, s.b, s.connecting = -1, nil, false
 }
 
-// dialRaw starts a non-blocking connect to ap. On a local network the
-// handshake completes within the call (errno 0); otherwise EINPROGRESS.
+// dialRaw starts a non-blocking connect to ap: errno 0 when it completed
+// within the call, EINPROGRESS (the usual answer, even on loopback) when
+// the socket's first event will tell.
 func dialRaw(ap netip.AddrPort) (int, unix.Errno) {
 	var (
 		sa     unsafe.Pointer
@@ -505,7 +523,9 @@ func (l *loop) connectFailed(s *session, e unix.Errno) {
 			e = unix.Errno(soerr)
 		}
 	}
-	l.x.pool.log.Debug("dial backend", "backend", s.b.Name, "err", os.NewSyscallError("connect", e))
+	if l.debugging() {
+		l.x.pool.log.Debug("dial backend", "backend", s.b.Name, "err", os.NewSyscallError("connect", e))
+	}
 	l.dropBackend(s)
 	l.connect(s)
 }
@@ -624,8 +644,8 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 		s.b.m.addBytes(dir, moved)
 	}
 	if fail != 0 || (s.in.eof && s.out.eof) {
-		if fail != 0 && fail != unix.ECONNRESET && fail != unix.EPIPE {
-			l.x.pool.log.Debug("proxy: copy", "backend", s.b.Name, "err", os.NewSyscallError("splice", fail))
+		if fail != 0 && fail != unix.ECONNRESET && fail != unix.EPIPE && l.debugging() {
+			l.x.pool.log.Debug("proxy: copy", "backend", s.b.Name, "err", fail)
 		}
 		l.closeSession(s)
 		return false
@@ -676,7 +696,7 @@ func rawSend(fd int, b []byte) (int, unix.Errno) {
 // sweep enforces the timeouts: connect, idle, and idle after a half-close.
 func (l *loop) sweep() {
 	if l.acceptPaused != 0 && l.acceptPaused <= l.now && l.lfd >= 0 {
-		if l.ctl(unix.EPOLL_CTL_ADD, l.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE) == nil {
+		if l.ctl(unix.EPOLL_CTL_ADD, l.lfd, unix.EPOLLIN|unix.EPOLLEXCLUSIVE, 0) == nil {
 			l.acceptPaused = 0
 		}
 	}
@@ -704,7 +724,9 @@ func (l *loop) sweep() {
 			l.connectFailed(s, unix.ETIMEDOUT)
 			continue
 		}
-		l.x.pool.log.Debug("session timed out", "backend", s.b.Name, "half_closed", s.in.eof || s.out.eof)
+		if l.debugging() {
+			l.x.pool.log.Debug("session timed out", "backend", s.b.Name, "half_closed", s.in.eof || s.out.eof)
+		}
 		l.closeSession(s)
 	}
 }
@@ -770,6 +792,7 @@ func (l *loop) putPipe(p *kpipe) {
 // session is one client spliced to one backend; it belongs to one loop.
 type session struct {
 	l          *loop
+	id         uint32 // tags its sockets' events
 	cfd, sfd   int
 	b          *backend
 	tried      []*backend
