@@ -319,12 +319,18 @@ func (l *loop) accept() {
 		s := &session{l: l, id: l.ids, cfd: fd, sfd: -1, last: l.now}
 		s.tried = s.triedBuf[:0]
 		l.track(s)
+		l.connect(s)
+		// The client's first bytes usually came with its handshake: they
+		// go out now, and only then is its socket registered, which
+		// reports whatever arrived since (so a short read here has
+		// emptied it).
+		if s.closed || !l.pump(s, &s.in, s.cfd, s.sfd, "in", true) {
+			continue
+		}
 		if err := l.ctl(unix.EPOLL_CTL_ADD, fd, sessionEvents, s.id); err != nil {
 			x.pool.log.Warn("proxy: register client", "err", err)
 			l.closeSession(s)
-			continue
 		}
-		l.connect(s)
 	}
 }
 
@@ -380,8 +386,6 @@ func (l *loop) connect(s *session) {
 			p.log.Warn("proxy: register backend", "err", err)
 			continue
 		}
-		// The client's first bytes are not read here: its socket was
-		// registered with them present, so its event is already queued.
 		s.connecting = e == unix.EINPROGRESS
 		s.connectBy = l.now + int64(x.opts.ConnectTimeout)
 		if !s.connecting {
