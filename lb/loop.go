@@ -241,6 +241,7 @@ func (l *loop) serve(fd uintptr) bool {
 			return false
 		}
 		again := n == len(l.events)
+		acc := false
 		for i := range n {
 			ev := &l.events[i]
 			fd := int(ev.Fd)
@@ -249,13 +250,18 @@ func (l *loop) serve(fd uintptr) bool {
 				l.runCommands()
 				again = true
 			case fd == l.lfd:
-				l.accept()
-				again = true
+				acc = true
 			case fd < len(l.byFD) && l.byFD[fd] != nil && l.byFD[fd].id == uint32(ev.Pad):
 				// (An event of a session closed earlier in this batch
 				// whose descriptor number was reused does not match.)
 				l.onEvent(l.byFD[fd], fd, ev.Events)
 			}
+		}
+		if acc && l.lfd >= 0 {
+			// New clients after the events of open sessions: a response
+			// waiting to be passed on is not held up by connects.
+			l.accept()
+			again = true
 		}
 		l.now = int64(time.Since(l.base))
 		if l.now >= l.next || l.finished() {
