@@ -1,7 +1,7 @@
 // Package lb owns the in-process layer-4 load balancer for the Kubernetes
 // API (6443) and the Machine Config Server (22623): TCP proxies run as
-// epoll event loops that copy small reads once and splice bulk transfers
-// between the two kernel sockets without passing them through user space,
+// epoll event loops that splice bytes between two kernel sockets without
+// copying them through user space,
 // backend pools built from the live cluster membership (control-plane nodes,
 // with the bootstrap node as a backup), HTTPS health checks with hysteresis
 // and slow start, and the nftables redirect that sends VIP:6443 and

@@ -33,11 +33,6 @@ import (
 // flood of new clients cannot starve established sessions.
 const acceptBatch = 32
 
-// bufSize is how much one copied read takes; a read that fills it makes
-// the direction bulk (spliced), as haproxy's buffers of the same size
-// decide for its splice-auto.
-const bufSize = 16 << 10
-
 // sessionEvents: every session socket is registered once, for both
 // directions, edge-triggered.
 const sessionEvents = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
@@ -55,11 +50,9 @@ type loop struct {
 	byFD    []*session
 	live    []*session // every open session, for the timeout sweep (session.idx)
 	pipes   []*kpipe   // empty pipes kept for reuse
-	bufs    []*[bufSize]byte
-	buf     [bufSize]byte // every copied read lands here first
-	ids     uint32        // the last session's id
-	tick    int64         // sweep interval, nanoseconds
-	next    int64         // when the next sweep is due
+	ids     uint32     // the last session's id
+	tick    int64      // sweep interval, nanoseconds
+	next    int64      // when the next sweep is due
 
 	acceptPaused int64 // while > now, the listener is out of the epoll set
 	stopping     bool  // stopped accepting: exit once the last session ends
@@ -540,36 +533,32 @@ func (l *loop) connectFailed(s *session, e unix.Errno) {
 	l.connect(s)
 }
 
-// pump moves one direction's bytes until src has nothing more (EAGAIN),
-// dst takes no more, or src's FIN, which it passes on with shutdown. It
-// returns false when the session ended.
-//
-// Bytes are first read into the loop's buffer and sent on at once, as
-// haproxy does: for the small messages of most sessions one copy each way
-// costs less than splice's page handling (which copies a small packet's
-// bytes into a fresh page anyway). A read that fills the buffer marks the
-// direction bulk, and from then on its bytes go socket → pipe → socket by
-// splice and never through user space. What dst does not take at once
-// waits in the pipe or in a buffer of the session's own.
+// pump moves one direction's bytes socket → pipe → socket with splice(2),
+// never through user space, until src has nothing more (EAGAIN), dst
+// takes no more (the bytes wait in the pipe for its EPOLLOUT), or src's
+// FIN, which it passes on with shutdown. It returns false when the session
+// ended.
 //
 // edge says pump runs for a readable event on src that reported no FIN,
-// hang-up or error. Then a short read has emptied src: it was not cut
-// short by a FIN (the event would have said so, and a FIN that arrives
-// after it raises a new one) nor, for splice, by a full pipe (a read of
-// fewer bytes than the pipe has slots cannot fill it: every slot holds at
-// least a byte), and anything that arrives later raises a new edge. pump
-// then stops without the read that would only return EAGAIN.
+// hang-up or error (or before src is registered, whose registration will
+// report what arrives meanwhile). Then a read of fewer bytes than the pipe
+// has slots has emptied src: it was not cut short by a full pipe (every
+// slot holds at least a byte) nor by a FIN (the event would have said so,
+// and a FIN that arrives after it raises a new one), and anything that
+// arrives later raises a new edge. pump then stops without the read that
+// would only return EAGAIN.
 func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge bool) bool {
 	var moved int64
 	var fail unix.Errno
 	drained := false
 	for {
 		if d.pending() {
-			n, e := l.flush(d, dst)
+			n, e := rawSplice(d.p.r, dst, d.p.data)
 			if n > 0 {
 				if s.connecting {
 					l.confirm(s) // the backend took bytes: it is connected
 				}
+				d.p.data -= n
 				moved += int64(n)
 				continue
 			}
@@ -586,47 +575,18 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 		if d.eof || drained {
 			break
 		}
-		var n int
-		var e unix.Errno
-		if d.bulk {
-			if d.p == nil {
-				var err error
-				if d.p, err = l.getPipe(); err != nil {
-					l.x.pool.log.Warn("proxy: pipe", "err", err)
-					fail = unix.EMFILE
-					break
-				}
-			}
-			if n, e = rawSplice(src, d.p.w, maxSplice); n > 0 {
-				d.p.data += n
-				drained = edge && n < d.p.slots
-				continue
-			}
-		} else if n, e = rawRecv(src, l.buf[:]); n > 0 {
-			if n == len(l.buf) {
-				d.bulk = true
-			} else {
-				drained = edge
-			}
-			w, we := rawSend(dst, l.buf[:n])
-			if w > 0 {
-				if s.connecting {
-					l.confirm(s)
-				}
-				moved += int64(w)
-			}
-			if w < n {
-				d.hold(l, l.buf[max(w, 0):n])
-				if we == 0 || we == unix.EAGAIN {
-					break // dst is full, or still connecting: its EPOLLOUT resumes this
-				}
-				if s.connecting {
-					l.connectFailed(s, we)
-					return !s.closed
-				}
-				fail = we
+		if d.p == nil {
+			var err error
+			if d.p, err = l.getPipe(); err != nil {
+				l.x.pool.log.Warn("proxy: pipe", "err", err)
+				fail = unix.EMFILE
 				break
 			}
+		}
+		n, e := rawSplice(src, d.p.w, maxSplice)
+		if n > 0 {
+			d.p.data += n
+			drained = edge && n < d.p.slots
 			continue
 		}
 		if e == unix.EAGAIN {
@@ -655,52 +615,12 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 	}
 	if fail != 0 || (s.in.eof && s.out.eof) {
 		if fail != 0 && fail != unix.ECONNRESET && fail != unix.EPIPE && l.debugging() {
-			l.x.pool.log.Debug("proxy: copy", "backend", s.b.Name, "err", fail)
+			l.x.pool.log.Debug("proxy: splice", "backend", s.b.Name, "err", fail)
 		}
 		l.closeSession(s)
 		return false
 	}
 	return true
-}
-
-// flush writes what waits for dst: the pipe's bytes, or the held ones.
-func (l *loop) flush(d *direction, dst int) (int, unix.Errno) {
-	if d.p != nil && d.p.data > 0 {
-		n, e := rawSplice(d.p.r, dst, d.p.data)
-		if n > 0 {
-			d.p.data -= n
-		}
-		return n, e
-	}
-	n, e := rawSend(dst, d.held)
-	if n > 0 {
-		d.held = d.held[n:]
-		if len(d.held) == 0 {
-			l.putBuf(d)
-		}
-	}
-	return n, e
-}
-
-// rawRecv reads what src holds, up to len(b), without blocking.
-func rawRecv(fd int, b []byte) (int, unix.Errno) {
-	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT, 0, 0)
-		if e != unix.EINTR {
-			return int(r), e
-		}
-	}
-}
-
-// rawSend writes b to fd without blocking; a closed peer is an EPIPE
-// error, not a signal.
-func rawSend(fd int, b []byte) (int, unix.Errno) {
-	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
-		if e != unix.EINTR {
-			return int(r), e
-		}
-	}
 }
 
 // sweep enforces the timeouts: connect, idle, and idle after a half-close.
@@ -766,7 +686,6 @@ func (l *loop) closeSession(s *session) {
 			l.putPipe(d.p)
 			d.p = nil
 		}
-		l.putBuf(d)
 	}
 	p := l.x.pool
 	switch {
@@ -823,36 +742,11 @@ func (s *session) close() {
 	s.l.post(func() { s.l.closeSession(s) })
 }
 
-// direction is one way of a session: the bytes dst has not taken yet (in
-// its pipe, or held), whether it moves by splice, and whether its source
-// has finished (its FIN passed on).
+// direction is one way of a session: its pipe while bytes wait for dst,
+// and whether its source has finished (its FIN passed on).
 type direction struct {
-	p    *kpipe
-	held []byte // copied bytes dst has not taken, in buf
-	buf  *[bufSize]byte
-	bulk bool
-	eof  bool
+	p   *kpipe
+	eof bool
 }
 
-func (d *direction) pending() bool { return (d.p != nil && d.p.data > 0) || len(d.held) > 0 }
-
-// hold keeps b, which dst did not take, in a buffer of d's own.
-func (d *direction) hold(l *loop, b []byte) {
-	if d.buf == nil {
-		if n := len(l.bufs); n > 0 {
-			d.buf = l.bufs[n-1]
-			l.bufs = l.bufs[:n-1]
-		} else {
-			d.buf = new([bufSize]byte)
-		}
-	}
-	d.held = d.buf[:copy(d.buf[:], b)]
-}
-
-// putBuf gives d's buffer back to the loop once d holds nothing.
-func (l *loop) putBuf(d *direction) {
-	if d.buf != nil && len(l.bufs) < maxFreePipes {
-		l.bufs = append(l.bufs, d.buf)
-	}
-	d.buf, d.held = nil, nil
-}
+func (d *direction) pending() bool { return d.p != nil && d.p.data > 0 }

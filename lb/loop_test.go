@@ -178,11 +178,10 @@ func TestClientFINBeforeData(t *testing.T) {
 	waitFor(t, 2*time.Second, func() bool { return x.active.Load() == 0 })
 }
 
-// Sizes around the copy buffer: below it (copied), exactly it (the read
-// that turns the direction bulk), and above it (spliced), all intact.
-func TestCopyAndSpliceSizes(t *testing.T) {
+// Sizes around a page, the pipe's slot count and its capacity, intact.
+func TestSpliceSizes(t *testing.T) {
 	x, _ := rawProxy(t, []string{echoServer(t)}, ProxyOptions{})
-	for _, n := range []int{1, 1000, bufSize - 1, bufSize, bufSize + 1, 3*bufSize + 17, 4 << 20} {
+	for _, n := range []int{1, 255, 256, 4095, 4096, 4097, 65537, maxSplice - 1, maxSplice, maxSplice + 1, 4 << 20} {
 		msg := make([]byte, n)
 		_, _ = rand.Read(msg)
 		if got := echoOnce(t, x.ln.Addr().String(), msg); !bytes.Equal(got, msg) {
@@ -191,9 +190,9 @@ func TestCopyAndSpliceSizes(t *testing.T) {
 	}
 }
 
-// Many small writes after the direction turned bulk: each splice read is
-// short, and none may be taken as draining the socket while bytes remain.
-func TestManySmallWritesAfterBulk(t *testing.T) {
+// Many small writes after a large one: each splice read is short, and
+// none may be taken as draining the socket while bytes remain.
+func TestManySmallWritesAfterLarge(t *testing.T) {
 	x, _ := rawProxy(t, []string{echoServer(t)}, ProxyOptions{})
 	c, err := net.Dial("tcp", x.ln.Addr().String())
 	if err != nil {
@@ -201,7 +200,7 @@ func TestManySmallWritesAfterBulk(t *testing.T) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	msgs := [][]byte{bytes.Repeat([]byte{'x'}, 2*bufSize)} // turns both directions bulk
+	msgs := [][]byte{bytes.Repeat([]byte{'x'}, 64<<10)}
 	for i := range 5000 {
 		msgs = append(msgs, []byte{byte(i)})
 	}
@@ -217,6 +216,6 @@ func TestManySmallWritesAfterBulk(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != len(want) || !bytes.Equal(got, want) {
-		t.Fatalf("echo of %d bytes differs (got %d)", 2*bufSize+5000, len(got))
+		t.Fatalf("echo of %d bytes differs (got %d)", len(want), len(got))
 	}
 }

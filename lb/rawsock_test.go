@@ -79,8 +79,6 @@ func TestProxyReusesPipesAndStops(t *testing.T) {
 	before := runtime.NumGoroutine()
 	fdsBefore := openFDs(t)
 	x, stop := rawProxy(t, []string{echo}, ProxyOptions{})
-	// Small messages are copied; large ones (a read that fills the copy
-	// buffer) are spliced through pipes.
 	small, large := []byte("ping"), bytes.Repeat([]byte("0123456789abcdef"), 64<<10)
 	for i := range 200 {
 		msg := small
