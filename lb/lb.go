@@ -56,8 +56,8 @@ type Options struct {
 	// redirect changes and in which the proxy connects to backends; ""
 	// means this process's own.
 	NetNS string
-	// Dial opens backend connections (proxy and probes); nil means a
-	// plain dial. It must return *net.TCPConn.
+	// Dial opens the health checks' connections; nil means a plain dial.
+	// (The proxy's loops open their own non-blocking sockets, in NetNS.)
 	Dial DialFunc
 	// Listen opens the proxies' listeners; nil means net.Listen. It must
 	// return *net.TCPListener.

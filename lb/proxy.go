@@ -78,8 +78,7 @@ func (o ProxyOptions) sweep() time.Duration {
 	return max(10*time.Millisecond, min(w, 5*time.Second))
 }
 
-// DialFunc opens a connection to a backend for a health check; it must
-// return a *net.TCPConn.
+// DialFunc opens a connection to a backend for a health check.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // proxy accepts clients on one listener and splices them to a pool, on
