@@ -281,6 +281,16 @@ func (okProber) Probe(context.Context, string) error { return nil }
 
 // echoServer echoes until the client's FIN, then closes (half-close aware).
 func echoServer(t *testing.T) string {
+	return serveTCP(t, func(c net.Conn) {
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	})
+}
+
+// serveTCP runs handle on its own goroutine for every connection to a new
+// loopback listener, until the test ends.
+func serveTCP(t *testing.T, handle func(net.Conn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -292,10 +302,7 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
+			go handle(c)
 		}
 	}()
 	return ln.Addr().String()

@@ -126,23 +126,10 @@ func TestAllBackendsRefuseResetsClient(t *testing.T) {
 // together, the case where a short read must not be taken as the end of
 // the events.
 func flashServer(t *testing.T, greeting []byte) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write(greeting)
-			_ = c.Close()
-		}
-	}()
-	return ln.Addr().String()
+	return serveTCP(t, func(c net.Conn) {
+		_, _ = c.Write(greeting)
+		_ = c.Close()
+	})
 }
 
 // A server that speaks first and closes at once: the client gets the

@@ -140,21 +140,17 @@ func (x *proxy) start() error {
 
 // stopAccepting makes the loops leave the listener; open sessions go on
 // until they end or closeAll, and wg is done once they have.
-func (x *proxy) stopAccepting() {
-	x.mu.Lock()
-	loops := x.loops
-	x.mu.Unlock()
-	for _, l := range loops {
-		l.post(l.stopAccepting)
-	}
-}
+func (x *proxy) stopAccepting() { x.postAll((*loop).stopAccepting) }
 
 // closeAll ends every open session now.
-func (x *proxy) closeAll() {
+func (x *proxy) closeAll() { x.postAll((*loop).closeAll) }
+
+// postAll runs f on every loop, each on its own goroutine.
+func (x *proxy) postAll(f func(*loop)) {
 	x.mu.Lock()
 	loops := x.loops
 	x.mu.Unlock()
 	for _, l := range loops {
-		l.post(l.closeAll)
+		l.post(func() { f(l) })
 	}
 }
