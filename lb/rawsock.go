@@ -1,8 +1,10 @@
 package lb
 
 import (
+	"net/netip"
 	"os"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,4 +69,63 @@ func rawSplice(in, out, n int) (int, syscall.Errno) {
 			return int(r), e
 		}
 	}
+}
+
+// resetClose closes fd with an RST rather than a FIN.
+func resetClose(fd int) {
+	lg := unix.Linger{Onoff: 1, Linger: 0}
+	_, _, _ = unix.RawSyscall6(unix.SYS_SETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_LINGER, uintptr(unsafe.Pointer(&lg)), unsafe.Sizeof(lg), 0)
+	rawClose(fd)
+}
+
+// dialRaw starts a non-blocking connect to ap: errno 0 when it completed
+// within the call, EINPROGRESS (the usual answer, even on loopback) when
+// the socket's first event will tell.
+func dialRaw(ap netip.AddrPort) (int, unix.Errno) {
+	var (
+		sa     unsafe.Pointer
+		salen  uintptr
+		family = unix.AF_INET
+		sa4    unix.RawSockaddrInet4
+		sa6    unix.RawSockaddrInet6
+	)
+	switch a := ap.Addr(); {
+	case a.Is4() || a.Is4In6():
+		sa4 = unix.RawSockaddrInet4{Family: unix.AF_INET, Addr: a.Unmap().As4()}
+		putPort(&sa4.Port, ap.Port())
+		sa, salen = unsafe.Pointer(&sa4), unix.SizeofSockaddrInet4
+	case a.Is6():
+		family = unix.AF_INET6
+		sa6 = unix.RawSockaddrInet6{Family: unix.AF_INET6, Addr: a.As16()}
+		putPort(&sa6.Port, ap.Port())
+		sa, salen = unsafe.Pointer(&sa6), unix.SizeofSockaddrInet6
+	default:
+		return -1, unix.EDESTADDRREQ
+	}
+	r, _, e := unix.RawSyscall(unix.SYS_SOCKET, uintptr(family), unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if e != 0 {
+		return -1, e
+	}
+	fd := int(r)
+	one := int32(1)
+	// Like the runtime's own sockets: small writes (TLS records) leave at
+	// once. Best effort.
+	_, _, _ = unix.RawSyscall6(unix.SYS_SETSOCKOPT, r, unix.IPPROTO_TCP, unix.TCP_NODELAY, uintptr(unsafe.Pointer(&one)), 4, 0)
+	for {
+		_, _, e = unix.RawSyscall(unix.SYS_CONNECT, r, uintptr(sa), salen)
+		if e != unix.EINTR {
+			break
+		}
+	}
+	if e != 0 && e != unix.EINPROGRESS {
+		rawClose(fd)
+		return -1, e
+	}
+	return fd, e
+}
+
+// putPort stores port in network byte order.
+func putPort(dst *uint16, port uint16) {
+	b := (*[2]byte)(unsafe.Pointer(dst))
+	b[0], b[1] = byte(port>>8), byte(port)
 }
