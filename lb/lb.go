@@ -322,6 +322,7 @@ func (l *LB) Run(ctx context.Context) error {
 		if err := x.start(); err != nil {
 			for _, y := range l.proxies[:i] {
 				y.stopAccepting()
+				y.closeAll()
 				y.wg.Wait()
 			}
 			l.closeListeners()

@@ -310,26 +310,9 @@ func serveTCP(t *testing.T, handle func(net.Conn)) string {
 
 func TestHalfCloseAndIntegrity(t *testing.T) {
 	x, _ := rawProxy(t, []string{echoServer(t)}, ProxyOptions{})
-	c, err := net.Dial("tcp", x.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	data := make([]byte, 8<<20)
 	_, _ = rand.Read(data)
-	var got []byte
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		got, _ = io.ReadAll(c) // ends only if the echo's FIN came back through
-	}()
-	if _, err := c.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.(*net.TCPConn).CloseWrite()
-	wg.Wait()
-	if !bytes.Equal(got, data) {
+	if got := echoOnce(t, x.ln.Addr().String(), data); !bytes.Equal(got, data) {
 		t.Fatalf("echoed %d bytes, sent %d (or content differs)", len(got), len(data))
 	}
 }

@@ -18,8 +18,8 @@ import (
 // the manner of haproxy: each loop owns an epoll instance and its own
 // duplicate of the listening socket, connects to backends with non-blocking
 // sockets and moves bytes socket → pipe → socket with splice(2), never
-// through user space (session.go). Every socket call is a raw, non-blocking system call;
-// only the wait itself goes through the scheduler. A connection therefore
+// through user space (session.go). Every socket call is a raw, non-blocking
+// system call; only the wait itself goes through the scheduler. A connection therefore
 // costs no goroutine, no runtime poller registration and no thread
 // hand-off, and every socket it uses is registered once, edge-triggered.
 //
@@ -335,12 +335,9 @@ func (l *loop) accept() {
 	}
 }
 
+// track adds a new session (its client socket only so far) to the loop.
 func (l *loop) track(s *session) {
-	for _, fd := range []int{s.cfd, s.sfd} {
-		if fd >= 0 {
-			l.setFD(fd, s)
-		}
-	}
+	l.setFD(s.cfd, s)
 	s.idx = len(l.live)
 	l.live = append(l.live, s)
 }
@@ -359,19 +356,9 @@ func (l *loop) sweep() {
 			l.acceptPaused = 0
 		}
 	}
-	o := l.x.opts
 	var due []*session
 	for _, s := range l.live {
-		switch {
-		case s.connecting:
-			if l.now >= s.connectBy {
-				due = append(due, s)
-			}
-		case s.in.eof || s.out.eof:
-			if l.now-s.last >= int64(o.FinTimeout) {
-				due = append(due, s)
-			}
-		case l.now-s.last >= int64(o.IdleTimeout):
+		if expired(s.connecting, s.in.eof || s.out.eof, s.last, s.connectBy, l.now, l.x.opts) {
 			due = append(due, s)
 		}
 	}
@@ -388,6 +375,20 @@ func (l *loop) sweep() {
 		}
 		l.closeSession(s)
 	}
+}
+
+// expired says whether a session is past its timeout at now (all times in
+// loop nanoseconds): a connect still under way at connectBy; otherwise no
+// byte moved (last) for IdleTimeout, or for FinTimeout once one side
+// half-closed (never longer than IdleTimeout).
+func expired(connecting, halfClosed bool, last, connectBy, now int64, o ProxyOptions) bool {
+	switch {
+	case connecting:
+		return now >= connectBy
+	case halfClosed:
+		return now-last >= int64(min(o.FinTimeout, o.IdleTimeout))
+	}
+	return now-last >= int64(o.IdleTimeout)
 }
 
 // getPipe returns an empty pipe from the loop's cache or a new one.

@@ -57,17 +57,20 @@ func fullAddr(t *testing.T) string {
 	return ""
 }
 
-// echoOnce sends msg, half-closes, and reads the whole echo.
-func echoOnce(t *testing.T, addr string, msg []byte) []byte {
+// echoOnce sends msgs (one write each), half-closes, and reads the whole
+// echo, which ends only if the echo server's FIN came back through.
+func echoOnce(t *testing.T, addr string, msgs ...[]byte) []byte {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	go func() {
-		_, _ = c.Write(msg)
+		for _, m := range msgs {
+			_, _ = c.Write(m)
+		}
 		_ = c.(*net.TCPConn).CloseWrite()
 	}()
 	b, err := io.ReadAll(c)
@@ -181,28 +184,12 @@ func TestSpliceSizes(t *testing.T) {
 // none may be taken as draining the socket while bytes remain.
 func TestManySmallWritesAfterLarge(t *testing.T) {
 	x, _ := rawProxy(t, []string{echoServer(t)}, ProxyOptions{})
-	c, err := net.Dial("tcp", x.ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	msgs := [][]byte{bytes.Repeat([]byte{'x'}, 64<<10)}
 	for i := range 5000 {
 		msgs = append(msgs, []byte{byte(i)})
 	}
 	want := bytes.Join(msgs, nil)
-	go func() {
-		for _, m := range msgs {
-			_, _ = c.Write(m)
-		}
-		_ = c.(*net.TCPConn).CloseWrite()
-	}()
-	got, err := io.ReadAll(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(want) || !bytes.Equal(got, want) {
+	if got := echoOnce(t, x.ln.Addr().String(), msgs...); !bytes.Equal(got, want) {
 		t.Fatalf("echo of %d bytes differs (got %d)", len(want), len(got))
 	}
 }

@@ -190,3 +190,36 @@ func TestRedirectExprsV6(t *testing.T) {
 		}
 	}
 }
+
+func TestExpired(t *testing.T) {
+	o := ProxyOptions{ConnectTimeout: 10 * time.Second, IdleTimeout: time.Hour, FinTimeout: 30 * time.Second}
+	short := o
+	short.IdleTimeout = 5 * time.Second // shorter than FinTimeout
+	s := int64(time.Second)
+	tests := []struct {
+		name                   string
+		connecting, halfClosed bool
+		last, connectBy, now   int64
+		o                      ProxyOptions
+		want                   bool
+	}{
+		{"connecting, before its deadline", true, false, 0, 10 * s, 9 * s, o, false},
+		{"connecting, at its deadline", true, false, 0, 10 * s, 10 * s, o, true},
+		{"connecting ignores idleness", true, false, 0, 7200 * s, 7000 * s, o, false},
+		{"busy session", false, false, 100 * s, 0, 101 * s, o, false},
+		{"idle just short of the limit", false, false, 0, 0, 3599 * s, o, false},
+		{"idle for the limit", false, false, 0, 0, 3600 * s, o, true},
+		{"half-closed, quiet for less than FinTimeout", false, true, 0, 0, 29 * s, o, false},
+		{"half-closed, quiet for FinTimeout", false, true, 0, 0, 30 * s, o, true},
+		{"half-closed but moving", false, true, 100 * s, 0, 110 * s, o, false},
+		{"half-closed: idle limit when shorter", false, true, 0, 0, 5 * s, short, true},
+		{"open: FinTimeout does not apply", false, false, 0, 0, 31 * s, o, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := expired(tt.connecting, tt.halfClosed, tt.last, tt.connectBy, tt.now, tt.o); got != tt.want {
+				t.Fatalf("expired = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -6,8 +6,8 @@ import (
 	"os"
 )
 
-// TB is the part of TB the helpers below use. netlab takes it as
-// an interface, not TB, so that the binary (which uses netlab for
+// TB is the part of testing.TB the helpers below use. netlab takes it as
+// an interface of its own so that the binary (which uses netlab for
 // `appliance lab`) does not link the testing package; *testing.T and
 // *testing.B satisfy it.
 type TB interface {
