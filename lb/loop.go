@@ -325,7 +325,7 @@ func (l *loop) accept() {
 		// go out now, and only then is its socket registered, which
 		// reports whatever arrived since (so a short read here has
 		// emptied it).
-		if s.closed || !l.pump(s, &s.in, s.cfd, s.sfd, "in", true) {
+		if s.closed || !l.pump(s, &s.in, s.cfd, s.sfd, "in", srcEdge) {
 			continue
 		}
 		if err := l.ctl(unix.EPOLL_CTL_ADD, fd, sessionEvents, s.id); err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // The event loop's edge cases, each against real sockets on loopback.
@@ -150,6 +151,72 @@ func TestServerSpeaksFirstAndCloses(t *testing.T) {
 		_ = c.Close()
 		if err != nil || !bytes.Equal(b, greeting) {
 			t.Fatalf("connection %d: read %q, %v", i, b, err)
+		}
+	}
+	waitFor(t, 2*time.Second, func() bool { return x.active.Load() == 0 })
+}
+
+// A backend whose answer and FIN arrive in one segment: the client gets
+// them in one segment too, not the bytes and then a FIN of its own
+// (counted by the client's kernel: the SYN-ACK and one more).
+func TestFINLeavesWithLastBytes(t *testing.T) {
+	answer := []byte("HTTP/1.0 200 OK\r\n\r\nok\n")
+	backend := serveTCP(t, func(c net.Conn) {
+		rc, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return
+		}
+		// MSG_MORE holds the bytes back until the FIN joins them.
+		_ = rc.Write(func(fd uintptr) bool {
+			_ = unix.Send(int(fd), answer, unix.MSG_MORE)
+			return true
+		})
+		_ = c.(*net.TCPConn).CloseWrite()
+		_, _ = io.Copy(io.Discard, c)
+		_ = c.Close()
+	})
+	x, _ := rawProxy(t, []string{backend}, ProxyOptions{})
+	for i := range 20 {
+		c, err := net.Dial("tcp", x.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, err := io.ReadAll(c)
+		if err != nil || !bytes.Equal(b, answer) {
+			t.Fatalf("connection %d: read %q, %v", i, b, err)
+		}
+		rc, _ := c.(*net.TCPConn).SyscallConn()
+		var info *unix.TCPInfo
+		_ = rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+		_ = c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Segs_in != 2 {
+			t.Fatalf("connection %d: the client received %d segments, want 2 (SYN-ACK, answer with FIN)", i, info.Segs_in)
+		}
+	}
+}
+
+// An answer larger than a pipe, then the FIN, to a client that starts
+// reading late: the proxy gathers what it can, the bytes wait for the
+// client's window, and the FIN goes only after the last of them.
+func TestLargeAnswerThenFINToSlowClient(t *testing.T) {
+	answer := make([]byte, 3*maxSplice+17)
+	_, _ = rand.Read(answer)
+	x, _ := rawProxy(t, []string{flashServer(t, answer)}, ProxyOptions{})
+	for i := range 3 {
+		c, err := net.Dial("tcp", x.ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(c)
+		_ = c.Close()
+		if err != nil || !bytes.Equal(b, answer) {
+			t.Fatalf("connection %d: read %d of %d bytes, %v", i, len(b), len(answer), err)
 		}
 	}
 	waitFor(t, 2*time.Second, func() bool { return x.active.Load() == 0 })

@@ -62,9 +62,12 @@ func rawClose(fd int) {
 // socket's receive work inline) outlasts the scheduler monitor's 20 µs
 // tick; calls in that state also keep the monitor itself waking every
 // 20 µs.
-func rawSplice(in, out, n int) (int, syscall.Errno) {
+//
+// flags adds to SPLICE_F_NONBLOCK: SPLICE_F_MORE holds a socket's last
+// segment back for what follows at once (a FIN).
+func rawSplice(in, out, n int, flags uintptr) (int, syscall.Errno) {
 	for {
-		r, _, e := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(in), 0, uintptr(out), 0, uintptr(n), unix.SPLICE_F_NONBLOCK)
+		r, _, e := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(in), 0, uintptr(out), 0, uintptr(n), unix.SPLICE_F_NONBLOCK|flags)
 		if e != unix.EINTR {
 			return int(r), e
 		}

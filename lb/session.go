@@ -45,7 +45,7 @@ func (l *loop) connect(s *session) {
 		}
 		if s.in.pending() {
 			// A retry: what the client sent waits for this backend.
-			l.pump(s, &s.in, s.cfd, s.sfd, "in", false)
+			l.pump(s, &s.in, s.cfd, s.sfd, "in", srcUnknown)
 		}
 		return
 	}
@@ -75,9 +75,7 @@ func (l *loop) confirm(s *session) {
 	s.b.m.addActive(1)
 	s.counted = true
 	p.addSession(s)
-	if s.in.eof {
-		_, _, _ = unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(s.sfd), unix.SHUT_WR, 0)
-	}
+	l.passFin(s, &s.in, s.sfd)
 }
 
 // onEvent handles readiness of one of s's sockets: the direction reading
@@ -94,26 +92,54 @@ func (l *loop) onEvent(s *session, fd int, ev uint32) {
 	}
 	readable := ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLERR|unix.EPOLLHUP) != 0
 	writable := ev&unix.EPOLLOUT != 0
-	edge := ev&(unix.EPOLLRDHUP|unix.EPOLLERR|unix.EPOLLHUP) == 0
+	known := srcEdge
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		known = srcEnded
+	}
 	if fd == s.cfd {
 		// Also while the backend connects: the bytes go out at once if
 		// its handshake is done (on a local network it usually is, though
 		// connect said EINPROGRESS), else they wait in the pipe.
-		if readable && !l.pump(s, &s.in, s.cfd, s.sfd, "in", edge) {
+		if readable && !l.pump(s, &s.in, s.cfd, s.sfd, "in", known) {
 			return
 		}
 		if writable && s.out.pending() {
-			l.pump(s, &s.out, s.sfd, s.cfd, "out", false)
+			l.pump(s, &s.out, s.sfd, s.cfd, "out", srcUnknown)
 		}
 		return
 	}
-	if readable && !l.pump(s, &s.out, s.sfd, s.cfd, "out", edge) {
+	if readable && !l.pump(s, &s.out, s.sfd, s.cfd, "out", known) {
 		return
 	}
 	if writable && s.in.pending() {
-		l.pump(s, &s.in, s.cfd, s.sfd, "in", false)
+		l.pump(s, &s.in, s.cfd, s.sfd, "in", srcUnknown)
 	}
 }
+
+// srcState is what pump knows of its source socket when it starts.
+type srcState uint8
+
+const (
+	// srcUnknown: no readable event (pump runs to write): read until
+	// EAGAIN.
+	srcUnknown srcState = iota
+	// srcEdge: a readable event that reported no FIN, hang-up or error
+	// (or a socket not yet registered, whose registration will report
+	// what arrives meanwhile). A read of fewer bytes than the pipe has
+	// slots has emptied the socket: it was not cut short by a full pipe
+	// (every slot holds at least a byte) nor by a FIN (the event would
+	// have said so, and a FIN that arrives after it raises a new one),
+	// and anything that arrives later raises a new edge. pump then skips
+	// the read that would only return EAGAIN.
+	srcEdge
+	// srcEnded: the event reported the source's FIN (or a hang-up or
+	// error). pump reads to the end before passing anything on, and the
+	// last bytes go out corked, so that the FIN leaves in their segment
+	// rather than in one of its own: a server that answers and closes at
+	// once, as HTTP/1.0-style servers and TLS close_notify do, costs the
+	// client one segment and one acknowledgement less.
+	srcEnded
+)
 
 // connectFailed moves a session whose backend connection failed or timed
 // out (errno e; 0: read it from the socket) to the next backend. Bytes
@@ -137,24 +163,24 @@ func (l *loop) connectFailed(s *session, e unix.Errno) {
 // pump moves one direction's bytes socket → pipe → socket with splice(2),
 // never through user space, until src has nothing more (EAGAIN), dst
 // takes no more (the bytes wait in the pipe for its EPOLLOUT), or src's
-// FIN, which it passes on with shutdown. It returns false when the session
-// ended.
-//
-// edge says pump runs for a readable event on src that reported no FIN,
-// hang-up or error (or before src is registered, whose registration will
-// report what arrives meanwhile). Then a read of fewer bytes than the pipe
-// has slots has emptied src: it was not cut short by a full pipe (every
-// slot holds at least a byte) nor by a FIN (the event would have said so,
-// and a FIN that arrives after it raises a new one), and anything that
-// arrives later raises a new edge. pump then stops without the read that
-// would only return EAGAIN.
-func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge bool) bool {
+// FIN, which it passes on with shutdown once the pipe is empty (passFin).
+// known says what the event that runs it reported of src. It returns
+// false when the session ended.
+func (l *loop) pump(s *session, d *direction, src, dst int, dir string, known srcState) bool {
 	var moved int64
-	var fail unix.Errno
+	var fail, readErr unix.Errno
+	if known == srcEnded && !d.eof {
+		readErr = l.gather(d, src)
+	}
 	drained := false
 	for {
+		l.passFin(s, d, dst)
 		if d.pending() {
-			n, e := rawSplice(d.p.r, dst, d.p.data)
+			var more uintptr
+			if d.finDue {
+				more = unix.SPLICE_F_MORE // the FIN follows at once
+			}
+			n, e := rawSplice(d.p.r, dst, d.p.data, more)
 			if n > 0 {
 				if s.connecting {
 					l.confirm(s) // the backend took bytes: it is connected
@@ -173,21 +199,16 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 			fail = e
 			break
 		}
-		if d.eof || drained {
+		if d.eof || drained || readErr != 0 {
 			break
 		}
-		if d.p == nil {
-			var err error
-			if d.p, err = l.getPipe(); err != nil {
-				l.x.pool.log.Warn("proxy: pipe", "err", err)
-				fail = unix.EMFILE
-				break
-			}
+		if fail = l.ensurePipe(d); fail != 0 {
+			break
 		}
-		n, e := rawSplice(src, d.p.w, maxSplice)
+		n, e := rawSplice(src, d.p.w, maxSplice, 0)
 		if n > 0 {
 			d.p.data += n
-			drained = edge && n < d.p.slots
+			drained = known == srcEdge && n < d.p.slots
 			continue
 		}
 		if e == unix.EAGAIN {
@@ -197,14 +218,10 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 			fail = e
 			break
 		}
-		// FIN from src: pass it on, keep the other direction open. Not
-		// when the other direction has finished too (the close sends the
-		// FIN), nor to a backend still connecting (a shutdown would abort
-		// the connect; confirm sends it).
-		d.eof = true
-		if !(s.in.eof && s.out.eof) && !s.connecting {
-			_, _, _ = unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(dst), unix.SHUT_WR, 0)
-		}
+		d.eof, d.finDue = true, true
+	}
+	if fail == 0 {
+		fail = readErr // what src said after the bytes that went out
 	}
 	if d.p != nil && d.p.data == 0 {
 		l.putPipe(d.p) // hold no pipe while waiting
@@ -214,7 +231,7 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 		s.last = l.now
 		s.b.m.addBytes(dir, moved)
 	}
-	if fail != 0 || (s.in.eof && s.out.eof) {
+	if fail != 0 || (s.in.done() && s.out.done()) {
 		if fail != 0 && fail != unix.ECONNRESET && fail != unix.EPIPE && l.debugging() {
 			l.x.pool.log.Debug("proxy: splice", "backend", s.b.Name, "err", fail)
 		}
@@ -222,6 +239,56 @@ func (l *loop) pump(s *session, d *direction, src, dst int, dir string, edge boo
 		return false
 	}
 	return true
+}
+
+// gather reads src into d's pipe until EAGAIN, its end (the FIN: d.eof
+// and d.finDue) or a full pipe; it returns src's error, if any, for after
+// the bytes read before it went out.
+func (l *loop) gather(d *direction, src int) unix.Errno {
+	if e := l.ensurePipe(d); e != 0 {
+		return e
+	}
+	for {
+		n, e := rawSplice(src, d.p.w, maxSplice, 0)
+		switch {
+		case n > 0:
+			d.p.data += n
+		case e == unix.EAGAIN:
+			return 0
+		case e != 0:
+			return e
+		default:
+			d.eof, d.finDue = true, true
+			return 0
+		}
+	}
+}
+
+// ensurePipe gives d a pipe for the bytes it is about to read.
+func (l *loop) ensurePipe(d *direction) unix.Errno {
+	if d.p != nil {
+		return 0
+	}
+	var err error
+	if d.p, err = l.getPipe(); err != nil {
+		l.x.pool.log.Warn("proxy: pipe", "err", err)
+		return unix.EMFILE
+	}
+	return 0
+}
+
+// passFin passes d's FIN on to dst once the bytes before it have gone.
+// Not when the other direction has finished too (the close sends the
+// FIN), nor to a backend still connecting (a shutdown would abort the
+// connect; confirm passes it on).
+func (l *loop) passFin(s *session, d *direction, dst int) {
+	if !d.finDue || d.pending() || s.connecting {
+		return
+	}
+	d.finDue = false
+	if !(s.in.done() && s.out.done()) {
+		_, _, _ = unix.RawSyscall(unix.SYS_SHUTDOWN, uintptr(dst), unix.SHUT_WR, 0)
+	}
 }
 
 // closeSession closes both sockets and gives back what the session held.
@@ -286,10 +353,15 @@ func (s *session) close() {
 }
 
 // direction is one way of a session: its pipe while bytes wait for dst,
-// and whether its source has finished (its FIN passed on).
+// whether its source has finished, and whether that FIN is still to be
+// passed on.
 type direction struct {
-	p   *kpipe
-	eof bool
+	p      *kpipe
+	eof    bool
+	finDue bool
 }
 
 func (d *direction) pending() bool { return d.p != nil && d.p.data > 0 }
+
+// done says the source finished and every byte it sent has gone out.
+func (d *direction) done() bool { return d.eof && !d.pending() }
