@@ -142,12 +142,7 @@ func TestServerSpeaksFirstAndCloses(t *testing.T) {
 	greeting := []byte("220 hello\r\n")
 	x, _ := rawProxy(t, []string{flashServer(t, greeting)}, ProxyOptions{})
 	for i := range 300 {
-		c, err := net.Dial("tcp", x.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, err := io.ReadAll(c)
+		c, b, err := readToEnd(t, x, 0)
 		_ = c.Close()
 		if err != nil || !bytes.Equal(b, greeting) {
 			t.Fatalf("connection %d: read %q, %v", i, b, err)
@@ -158,7 +153,10 @@ func TestServerSpeaksFirstAndCloses(t *testing.T) {
 
 // A backend whose answer and FIN arrive in one segment: the client gets
 // them in one segment too, not the bytes and then a FIN of its own
-// (counted by the client's kernel: the SYN-ACK and one more).
+// (counted by the client's kernel: the SYN-ACK and one more). The FIN is
+// processed just after the bytes, so a loop that polls between the two
+// sees no FIN yet; a rare connection may therefore take 3 segments, the
+// code before this change took 3 on every one.
 func TestFINLeavesWithLastBytes(t *testing.T) {
 	answer := []byte("HTTP/1.0 200 OK\r\n\r\nok\n")
 	backend := serveTCP(t, func(c net.Conn) {
@@ -176,26 +174,36 @@ func TestFINLeavesWithLastBytes(t *testing.T) {
 		_ = c.Close()
 	})
 	x, _ := rawProxy(t, []string{backend}, ProxyOptions{})
-	for i := range 20 {
-		c, err := net.Dial("tcp", x.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		b, err := io.ReadAll(c)
+	const conns = 20
+	var segs []uint32
+	for i := range conns {
+		c, b, err := readToEnd(t, x, 0)
 		if err != nil || !bytes.Equal(b, answer) {
+			_ = c.Close()
 			t.Fatalf("connection %d: read %q, %v", i, b, err)
 		}
-		rc, _ := c.(*net.TCPConn).SyscallConn()
+		rc, err := c.SyscallConn()
 		var info *unix.TCPInfo
-		_ = rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+		if err == nil {
+			_ = rc.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+		}
 		_ = c.Close()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Segs_in != 2 {
-			t.Fatalf("connection %d: the client received %d segments, want 2 (SYN-ACK, answer with FIN)", i, info.Segs_in)
+		segs = append(segs, info.Segs_in)
+	}
+	one := 0
+	for _, n := range segs {
+		if n == 2 {
+			one++
 		}
+		if n > 3 {
+			t.Fatalf("segments received per connection: %v, none should exceed 3", segs)
+		}
+	}
+	if one < conns-2 {
+		t.Fatalf("segments received per connection: %v, want 2 (SYN-ACK, answer with FIN) on at least %d", segs, conns-2)
 	}
 }
 
@@ -207,19 +215,28 @@ func TestLargeAnswerThenFINToSlowClient(t *testing.T) {
 	_, _ = rand.Read(answer)
 	x, _ := rawProxy(t, []string{flashServer(t, answer)}, ProxyOptions{})
 	for i := range 3 {
-		c, err := net.Dial("tcp", x.ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(100 * time.Millisecond)
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		b, err := io.ReadAll(c)
+		c, b, err := readToEnd(t, x, 100*time.Millisecond)
 		_ = c.Close()
 		if err != nil || !bytes.Equal(b, answer) {
 			t.Fatalf("connection %d: read %d of %d bytes, %v", i, len(b), len(answer), err)
 		}
 	}
 	waitFor(t, 2*time.Second, func() bool { return x.active.Load() == 0 })
+}
+
+// readToEnd dials x, waits wait before it reads, and reads to EOF (10 s
+// at most). The connection stays open for the caller to look at; the
+// caller closes it.
+func readToEnd(t *testing.T, x *proxy, wait time.Duration) (*net.TCPConn, []byte, error) {
+	t.Helper()
+	c, err := net.Dial("tcp", x.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(wait)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(c)
+	return c.(*net.TCPConn), b, err
 }
 
 // A client that half-closes before sending anything, possibly while the
