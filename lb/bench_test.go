@@ -71,12 +71,12 @@ func TestBenchLB(t *testing.T) {
 	// each measure is the median of its rounds, so that a burst of load
 	// from another process on this shared machine does not land on one
 	// side only. The per-round ratios are logged to show the spread.
-	for _, a := range []string{webAddrs[0], aplWeb.addr, hapWeb.addr} {
-		runWrk(t, a, 0, 16, 1)
+	targets := []wrkTarget{{webAddrs[0], 0}, {aplWeb.addr, aplWeb.pid}, {hapWeb.addr, hapWeb.pid}}
+	for _, tg := range targets { // in this order: roundOrders counts on it
+		runWrk(t, tg.addr, 0, 16, 1)
 	}
 	// The order changes every round (see roundOrders): a run leaves
 	// thousands of TIME_WAIT sockets and a loaded machine to the next.
-	targets := []wrkTarget{{webAddrs[0], 0}, {aplWeb.addr, aplWeb.pid}, {hapWeb.addr, hapWeb.pid}}
 	wDirect, wApl, wHap := wrkRoundsOf(t, "16 connections", targets, 16, wrkSecs)
 	// One connection at a time: the latency the proxy adds to a request
 	// when the machine is not saturated (with 16 connections on 2 cores,
@@ -112,6 +112,7 @@ func TestBenchLB(t *testing.T) {
 	add("iperf3 throughput (Gbit/s)", f2(direct.gbps), f2(viaApl.gbps), f2(viaHap.gbps), ratio(viaApl.gbps, viaHap.gbps)+" (higher better)")
 	add("proxy CPU per Gbit/s (cores)", "-", f3(viaApl.cpuPerGbps), f3(viaHap.cpuPerGbps), ratio(viaApl.cpuPerGbps, viaHap.cpuPerGbps)+" (lower better)")
 	add("wrk req/s, Connection: close", f0(wDirect.rps), f0(wApl.rps), f0(wHap.rps), ratio(wApl.rps, wHap.rps)+" (higher better)")
+	add("TCP segments per request", f2(wDirect.segs), f2(wApl.segs), f2(wHap.segs), ratio(wApl.segs, wHap.segs)+" (lower better)")
 	add("proxy CPU per 1000 connections (core-ms)", "-", f0(wApl.cpuMsPerK), f0(wHap.cpuMsPerK), ratio(wApl.cpuMsPerK, wHap.cpuMsPerK)+" (lower better)")
 	add("p50 latency (ms)", f2(wDirect.p50), f2(wApl.p50), f2(wHap.p50), "")
 	add("p50 added latency (ms)", "-", f2(wApl.p50-wDirect.p50), f2(wHap.p50-wDirect.p50), addedRatio(wDirect.p50, wApl.p50, wHap.p50)+" (lower better)")
@@ -240,6 +241,34 @@ func cpuTicks(pid int) float64 {
 	return (u + k) / 100 // USER_HZ
 }
 
+// tcpOutSegs reads the network namespace's count of TCP segments sent
+// (/proc/net/snmp, Tcp OutSegs). It counts every socket in the namespace,
+// so other loopback traffic of the machine adds to every target alike.
+func tcpOutSegs(t *testing.T) float64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Tcp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		if i := slices.Index(names, "OutSegs"); i > 0 && i < len(f) {
+			v, _ := strconv.ParseFloat(f[i], 64)
+			return v
+		}
+	}
+	t.Fatal("/proc/net/snmp: no Tcp OutSegs")
+	return 0
+}
+
 func iperf(t *testing.T, addr string, pid int) iperfResult {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(addr)
@@ -333,7 +362,10 @@ func TestBenchHelper(t *testing.T) {
 	select {} // until killed
 }
 
-type wrkResult struct{ rps, p50, p99, cpuMsPerK float64 }
+// wrkResult is one wrk run's figures; segs is TCP segments sent per
+// request, all sockets of the run counted (on loopback each is sent
+// once and received once).
+type wrkResult struct{ rps, p50, p99, cpuMsPerK, segs float64 }
 
 // wrkSecs is the length of one wrk run with 16 connections.
 const wrkSecs = 4
@@ -364,6 +396,7 @@ func medianWrk(rs []wrkResult) wrkResult {
 		p50:       med(func(r wrkResult) float64 { return r.p50 }),
 		p99:       med(func(r wrkResult) float64 { return r.p99 }),
 		cpuMsPerK: med(func(r wrkResult) float64 { return r.cpuMsPerK }),
+		segs:      med(func(r wrkResult) float64 { return r.segs }),
 	}
 }
 
@@ -449,17 +482,22 @@ func wrkRoundsOf(t *testing.T, name string, targets []wrkTarget, conns, secs int
 
 func runWrk(t *testing.T, addr string, pid, conns, secs int) wrkResult {
 	t.Helper()
-	c0 := cpuTicks(pid)
+	c0, s0 := cpuTicks(pid), tcpOutSegs(t)
 	threads := min(2, conns)
 	out, err := exec.Command("wrk", fmt.Sprintf("-t%d", threads), fmt.Sprintf("-c%d", conns), fmt.Sprintf("-d%ds", secs), "--latency", "-H", "Connection: close", "http://"+addr+"/").CombinedOutput()
 	if err != nil {
 		t.Fatalf("wrk %s: %v\n%s", addr, err, out)
 	}
 	var r wrkResult
-	cpu := cpuTicks(pid) - c0
+	cpu, segs := cpuTicks(pid)-c0, tcpOutSegs(t)-s0
 	for _, line := range strings.Split(string(out), "\n") {
 		if strings.HasPrefix(line, "Requests/sec:") {
 			r.rps, _ = strconv.ParseFloat(strings.TrimSpace(strings.TrimPrefix(line, "Requests/sec:")), 64)
+		}
+		if f := strings.Fields(line); len(f) > 2 && f[1] == "requests" && f[2] == "in" {
+			if n, _ := strconv.ParseFloat(f[0], 64); n > 0 {
+				r.segs = segs / n
+			}
 		}
 	}
 	if pid != 0 && r.rps > 0 {
