@@ -151,14 +151,17 @@ func Apply(ctx context.Context, pr Provider, spec *Spec, opts ApplyOptions) (*Re
 	}
 	res := &Result{}
 	var build []Machine
+	// completing marks the half-built machines; the result counts a machine
+	// only once its Create has returned, so a failed run reports what it
+	// made, not what it meant to make.
+	completing, made := map[string]bool{}, map[string]bool{}
 	for _, it := range plan.Items {
 		switch it.Action {
 		case ActionCreate:
 			build = append(build, it.Machine)
-			res.Created = append(res.Created, it.Machine.Name)
 		case ActionComplete:
 			build = append(build, it.Machine)
-			res.Completed = append(res.Completed, it.Machine.Name)
+			completing[it.Machine.Name] = true
 		default:
 			res.Existing = append(res.Existing, it.Machine.Name)
 			emit(Event{Machine: it.Machine.Name, Stage: "exists", Finished: true})
@@ -188,6 +191,9 @@ func Apply(ctx context.Context, pr Provider, spec *Spec, opts ApplyOptions) (*Re
 			emit(Event{Machine: m.Name, Stage: "failed", Finished: true, Err: err})
 			return err
 		}
+		mu.Lock()
+		made[m.Name] = true
+		mu.Unlock()
 		if opts.NoStart {
 			emit(Event{Machine: m.Name, Stage: "created", Finished: true})
 		} else {
@@ -195,6 +201,15 @@ func Apply(ctx context.Context, pr Provider, spec *Spec, opts ApplyOptions) (*Re
 		}
 		return nil
 	})
+	for _, m := range build { // in plan order
+		switch {
+		case !made[m.Name]:
+		case completing[m.Name]:
+			res.Completed = append(res.Completed, m.Name)
+		default:
+			res.Created = append(res.Created, m.Name)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		res.Elapsed = time.Since(start)
 		return res, err
@@ -225,7 +240,9 @@ func Apply(ctx context.Context, pr Provider, spec *Spec, opts ApplyOptions) (*Re
 		mu.Lock()
 		res.Started = append(res.Started, m.Name)
 		mu.Unlock()
-		emit(Event{Machine: m.Name, Stage: "running", Finished: true})
+		// "started", not "running": the platform has been asked to run the
+		// VM; whether it runs is for Status (and apply --wait) to tell.
+		emit(Event{Machine: m.Name, Stage: "started", Finished: true})
 		return nil
 	})
 	slices.Sort(res.Started)

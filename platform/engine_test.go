@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,8 @@ type fake struct {
 	between           func(name string)
 	active, maxActive atomic.Int32
 	startErr          error
-	overlap           bool // Create waits (bounded) for a second Create in flight
+	imageErr          error // PrepareImage fails with it
+	overlap           bool  // Create waits (bounded) for a second Create in flight
 }
 
 func newFake() *fake {
@@ -51,6 +53,9 @@ func (f *fake) PrepareImage(_ context.Context, _ *Spec, progress func(done, tota
 	f.mu.Lock()
 	f.images++
 	f.mu.Unlock()
+	if f.imageErr != nil {
+		return f.imageErr
+	}
 	progress(10, 10)
 	return nil
 }
@@ -398,5 +403,35 @@ func TestWaitAddresses(t *testing.T) {
 	rows, _, err := WaitAddresses(context.Background(), f, spec, time.Millisecond)
 	if err != nil || len(rows) != 4 || len(rows[3].VM.Addresses) != 1 {
 		t.Fatalf("rows %+v err %v", rows, err)
+	}
+}
+
+func TestApplyCountsOnlyWhatWasMade(t *testing.T) {
+	f := newFake()
+	f.imageErr = errors.New("namespaces \"nope\" not found")
+	res, err := Apply(context.Background(), f, testSpec(2), ApplyOptions{})
+	if err == nil {
+		t.Fatal("apply succeeded without its image")
+	}
+	if len(res.Created)+len(res.Completed)+len(res.Started) != 0 {
+		t.Errorf("nothing was made, yet the result says %+v", res)
+	}
+
+	f = newFake()
+	f.failOnce["ocp4-x7k2p-master-1"] = true
+	var started []string
+	res, err = Apply(context.Background(), f, testSpec(2), ApplyOptions{Progress: func(e Event) {
+		if e.Stage == "running" {
+			t.Errorf("%s shown running before the platform said so", e.Machine)
+		}
+		if e.Stage == "started" {
+			started = append(started, e.Machine)
+		}
+	}})
+	if err == nil {
+		t.Fatal("apply hid master-1's failure")
+	}
+	if len(res.Created) != 5 || slices.Contains(res.Created, "ocp4-x7k2p-master-1") || len(started) != 0 {
+		t.Errorf("created %v, started %v; want the 5 others created and none started", res.Created, started)
 	}
 }

@@ -64,13 +64,13 @@ func TestProgressPlainLines(t *testing.T) {
 	pr.event(platform.Event{Stage: "uploading image", Done: 5, Total: 10})
 	pr.event(platform.Event{Machine: "vm-a", Stage: "creating"})
 	pr.event(platform.Event{Machine: "vm-a", Stage: "creating"})
-	pr.event(platform.Event{Machine: "vm-a", Stage: "running", Finished: true})
+	pr.event(platform.Event{Machine: "vm-a", Stage: "started", Finished: true})
 	pr.close()
 	out := b.String()
 	if n := strings.Count(out, "uploading image"); n != 1 {
 		t.Errorf("byte progress printed %d lines in plain mode, want 1:\n%s", n, out)
 	}
-	if strings.Count(out, "vm-a") != 2 || !strings.Contains(out, "running") {
+	if strings.Count(out, "vm-a") != 2 || !strings.Contains(out, "started") {
 		t.Errorf("want one line per stage change:\n%s", out)
 	}
 }
