@@ -210,18 +210,15 @@ func (h *Host) refresh(nl *netlink.Handle) error {
 		return err
 	}
 	hostname, _ := h.hostname()
-	prev := ""
+	prev, opts := "", h.opts
 	cur := h.view.Load()
 	if cur != nil {
-		prev = cur.Interface
+		// Who this node is was decided at start; only where it is changes.
+		prev, opts.Node, opts.Role = cur.Interface, cur.Name, cur.Role
 	}
-	v, err := Identify(h.cfg, h.opts, hostname, links, prev)
+	v, err := Identify(h.cfg, opts, hostname, links, prev)
 	if err != nil {
 		return err
-	}
-	if cur != nil {
-		// Who this node is was decided at start; only where it is changes.
-		v.Name, v.Role, v.Configured = cur.Name, cur.Role, cur.Configured
 	}
 	h.publish(cur, &v)
 	return nil
