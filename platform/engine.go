@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -312,5 +314,76 @@ func WaitAddresses(ctx context.Context, pr Provider, spec *Spec, every time.Dura
 			return rows, stray, fmt.Errorf("platform: waiting for addresses: %w", ctx.Err())
 		case <-time.After(every):
 		}
+	}
+}
+
+// Ready says whether a machine runs and reports the addresses expected of
+// it (its configured ones, or any address when none is configured); state
+// says where it stands, for progress lines and errors.
+func Ready(r StatusRow) (ok bool, state string) {
+	v := r.VM
+	switch {
+	case v == nil:
+		return false, "absent"
+	case v.Power != PowerRunning:
+		return false, string(v.Power)
+	case len(v.Addresses) == 0:
+		return false, "running, no address yet"
+	}
+	for _, want := range r.Machine.IPs {
+		if !slices.Contains(v.Addresses, want) {
+			return false, fmt.Sprintf("running at %s, expected %s", joinAddrs(v.Addresses), joinAddrs(r.Machine.IPs))
+		}
+	}
+	return true, "running at " + joinAddrs(v.Addresses)
+}
+
+func joinAddrs(as []netip.Addr) string {
+	ss := make([]string, len(as))
+	for i, a := range as {
+		ss[i] = a.String()
+	}
+	return strings.Join(ss, ",")
+}
+
+// WaitRunning polls Status every interval until every machine of spec is
+// Ready, or ctx ends: then the error names each machine that is not, with
+// its state. progress, when set, gets an event whenever a machine's state
+// changes (Finished once it is ready).
+func WaitRunning(ctx context.Context, pr Provider, spec *Spec, every time.Duration, progress func(Event)) ([]StatusRow, error) {
+	last := map[string]string{}
+	var rows []StatusRow
+	var waiting []string
+	for {
+		got, _, err := Status(ctx, pr, spec)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			return rows, err
+		case err == nil:
+			rows, waiting = got, nil
+			for _, r := range rows {
+				ok, state := Ready(r)
+				if !ok {
+					waiting = append(waiting, fmt.Sprintf("%s (%s)", r.Machine.Name, state))
+				}
+				if progress != nil && last[r.Machine.Name] != state {
+					last[r.Machine.Name] = state
+					progress(Event{Machine: r.Machine.Name, Stage: state, Finished: ok})
+				}
+			}
+			if len(waiting) == 0 {
+				return rows, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(every):
+			continue
+		}
+		if rows == nil {
+			return nil, fmt.Errorf("platform: waiting for the VMs to run: %w", ctx.Err())
+		}
+		return rows, fmt.Errorf("platform: %d of %d VMs not running with their addresses: %s: %w",
+			len(waiting), len(rows), strings.Join(waiting, ", "), ctx.Err())
 	}
 }

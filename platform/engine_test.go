@@ -435,3 +435,48 @@ func TestApplyCountsOnlyWhatWasMade(t *testing.T) {
 		t.Errorf("created %v, started %v; want the 5 others created and none started", res.Created, started)
 	}
 }
+
+func TestWaitRunning(t *testing.T) {
+	f := newFake()
+	spec := testSpec(1)
+	spec.Machines[1].IPs = []netip.Addr{netip.MustParseAddr("192.168.126.10")}
+	if _, err := Apply(context.Background(), f, spec, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every VM runs; master-0 reports the wrong address, master-1 none.
+	f.mu.Lock()
+	for _, v := range f.vms {
+		v.Power = PowerRunning
+		v.Addresses = []netip.Addr{netip.MustParseAddr("10.0.0.9")}
+	}
+	f.vms["ocp4-x7k2p-master-0"].Addresses = []netip.Addr{netip.MustParseAddr("10.0.0.7")}
+	f.vms["ocp4-x7k2p-master-1"].Addresses = nil
+	f.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	var lines []string
+	_, err := WaitRunning(ctx, f, spec, 5*time.Millisecond, func(e Event) { lines = append(lines, e.Machine+": "+e.Stage) })
+	if err == nil {
+		t.Fatal("wait succeeded with two VMs not ready")
+	}
+	for _, want := range []string{"ocp4-x7k2p-master-0 (running at 10.0.0.7, expected 192.168.126.10)", "ocp4-x7k2p-master-1 (running, no address yet)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "bootstrap") {
+		t.Errorf("error names a ready VM: %v", err)
+	}
+	if len(lines) != len(spec.Machines) {
+		t.Errorf("progress lines %q; want one per machine (states did not change)", lines)
+	}
+
+	f.mu.Lock()
+	f.vms["ocp4-x7k2p-master-0"].Addresses = []netip.Addr{netip.MustParseAddr("192.168.126.10")}
+	f.vms["ocp4-x7k2p-master-1"].Addresses = []netip.Addr{netip.MustParseAddr("10.0.0.8")}
+	f.mu.Unlock()
+	if _, err := WaitRunning(context.Background(), f, spec, 5*time.Millisecond, nil); err != nil {
+		t.Fatal(err)
+	}
+}
