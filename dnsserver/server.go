@@ -100,6 +100,10 @@ type Server struct {
 	inst      *caddy.Instance
 	upstreams []netip.AddrPort
 	udp, tcp  net.Addr
+	// retired are replaced forwarders still serving queries in flight, each
+	// with the timer that shuts it down; stop shuts them down at once, so
+	// no health-check goroutine outlives the server.
+	retired map[*forward.Forward]*time.Timer
 }
 
 // New checks the configuration and prepares a server; Run starts it.
@@ -317,7 +321,20 @@ func (s *Server) swapUpstreams(ups []netip.AddrPort) {
 	s.mu.Unlock()
 	s.metrics.upstreams.Set(float64(len(ups)))
 	if old := s.fwd.Swap(newForwarder(ups)); old != nil {
-		time.AfterFunc(forwarderGrace, func() { _ = old.OnShutdown() })
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.retired == nil {
+			s.retired = map[*forward.Forward]*time.Timer{}
+		}
+		s.retired[old] = time.AfterFunc(forwarderGrace, func() {
+			s.mu.Lock()
+			_, ok := s.retired[old]
+			delete(s.retired, old)
+			s.mu.Unlock()
+			if ok {
+				_ = old.OnShutdown()
+			}
+		})
 	}
 }
 
@@ -325,7 +342,14 @@ func (s *Server) stop() {
 	s.mu.Lock()
 	inst := s.inst
 	s.inst, s.udp, s.tcp = nil, nil, nil
+	retired := s.retired
+	s.retired = nil
 	s.mu.Unlock()
+	for f, t := range retired {
+		if t.Stop() {
+			_ = f.OnShutdown()
+		}
+	}
 	if inst == nil {
 		return
 	}
