@@ -66,7 +66,8 @@ func (c MachineConfig) Validate() error {
 }
 
 // Action is something the caller must do on behalf of the machine, in the
-// order returned.
+// order returned: the order is part of the contract (VIPs are installed
+// before the advert that claims them).
 type Action interface{ isAction() }
 
 // ActSendAdvert: send an advertisement with this priority (0 when leaving).
@@ -256,6 +257,10 @@ func (m *Machine) leave(to State, reason string) []Action {
 	return acts
 }
 
+// SetSelf changes our own address (the tie-break) after the interface's
+// address changed; the caller keeps the machine in FAULT while it has none.
+func (m *Machine) SetSelf(a netip.Addr) { m.cfg.Self = a }
+
 // SetPriority sets the effective priority after tracking. It is clamped to
 // 1..254 and ignored for the address owner, whose 255 never moves. A master
 // advertises the new priority at once so backups can preempt without
@@ -372,13 +377,15 @@ func (m *Machine) Tick(now time.Time) []Action {
 }
 
 func (m *Machine) becomeMaster(now time.Time, reason string) []Action {
-	acts := []Action{ActStateChange{From: m.state, To: StateMaster, Reason: reason},
-		ActSendAdvert{Priority: m.priority}}
+	// The VIPs go in before the first advert: peers (and a leaving master
+	// waiting for its successor) act on the advert, so the address must
+	// already be ours when it goes out.
+	acts := []Action{ActStateChange{From: m.state, To: StateMaster, Reason: reason}}
 	if !m.holding {
 		m.holding = true
 		acts = append(acts, ActTakeVIPs{})
 	}
-	acts = append(acts, ActAnnounce{})
+	acts = append(acts, ActSendAdvert{Priority: m.priority}, ActAnnounce{})
 	m.state = StateMaster
 	m.masterAdverInterval = m.cfg.Interval
 	m.masterAddr = netip.Addr{}

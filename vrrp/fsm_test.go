@@ -104,7 +104,7 @@ func actSend(p uint8) Action { return ActSendAdvert{Priority: p} }
 
 // toMaster is what becoming master emits.
 func fsmToMaster(from State, why string, prio uint8) []Action {
-	return []Action{actChg(from, StateMaster, why), actSend(prio), ActTakeVIPs{}, ActAnnounce{}}
+	return []Action{actChg(from, StateMaster, why), ActTakeVIPs{}, actSend(prio), ActAnnounce{}}
 }
 
 func fsmFromBackup(prio uint8) []Action { return fsmToMaster(StateBackup, TransitionMasterDown, prio) }

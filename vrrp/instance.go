@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/vishvananda/netlink"
 )
 
 // Config describes one virtual router: one VRID, one address family, one interface.
@@ -60,6 +58,8 @@ type Instance struct {
 	metrics  *Metrics
 	onChange func(Status)
 
+	move chan string // SetInterface's requests, latest only
+
 	mu     sync.Mutex
 	status Status
 }
@@ -87,7 +87,7 @@ func New(cfg Config, m *Metrics, log *slog.Logger, onChange func(Status)) (*Inst
 		log = slog.Default()
 	}
 	log = log.With("component", "vrrp", "instance", cfg.Name, "vrid", cfg.VRID)
-	i := &Instance{cfg: cfg, log: log, metrics: m, onChange: onChange}
+	i := &Instance{cfg: cfg, log: log, metrics: m, onChange: onChange, move: make(chan string, 1)}
 	i.status = Status{Name: cfg.Name, Interface: cfg.Interface, VRID: cfg.VRID, Version: cfg.Version,
 		VIPs: cfg.VIPs, State: StateInit.String(), Priority: cfg.Priority, Since: time.Now()}
 	return i, nil
@@ -149,6 +149,25 @@ func (c *Config) vipAddrs() []netip.Addr {
 	return out
 }
 
+// SetInterface moves the instance to another interface while it runs (the
+// node's address moved, e.g. onto a bridge): it leaves the old one as a
+// master leaves on shutdown, re-opens its sockets on the new one and starts
+// again as backup. Naming the current interface re-opens it if it was
+// deleted and created again. Safe from any goroutine; never blocks.
+func (i *Instance) SetInterface(name string) {
+	for {
+		select {
+		case i.move <- name:
+			return
+		default:
+		}
+		select {
+		case <-i.move: // replace an unread older request
+		default:
+		}
+	}
+}
+
 // Status returns the current status.
 func (i *Instance) Status() Status {
 	i.mu.Lock()
@@ -180,6 +199,7 @@ type vipOwner interface {
 	Add(netip.Prefix) error
 	Remove(netip.Prefix) error
 	RemoveStale([]netip.Prefix) ([]netip.Prefix, error)
+	List() ([]netip.Prefix, error)
 }
 
 type announcer interface {
@@ -198,8 +218,25 @@ type runner struct {
 	ifi      *net.Interface
 	src, dst netip.Addr
 	peers    []netip.Addr
-	buf      []byte
 
+	// The receivers: one per opened socket, told apart by generation so a
+	// socket closed on purpose is not taken for a failure. They outlive the
+	// loop's context (the handover on shutdown listens for the successor)
+	// and end with rxCtx; wg awaits them and every other goroutine.
+	rxCtx    context.Context
+	rx       chan received
+	rxFailed chan rxFailure
+	gen      int
+	wg       sync.WaitGroup
+
+	want          string        // the interface the instance should be on
+	detached      string        // non-empty while the sockets are closed: why (a FAULT reason)
+	reattachAt    time.Time     // when to try opening them again
+	reattachDelay time.Duration // backoff between tries
+	nextCheck     time.Time     // backstop: compare the kernel's addresses with ours
+
+	held          bool   // the VIPs are installed (ActTakeVIPs succeeded, no release since)
+	noSource      string // non-empty while the interface has no address to advertise from
 	nextAnnounce  time.Time
 	announceSteps int
 	faultRetry    time.Time
@@ -209,56 +246,57 @@ type runner struct {
 	lastCollision time.Time
 }
 
+// rxFailure is a receiver's read error, tagged with its socket's generation.
+type rxFailure struct {
+	gen int
+	err error
+}
+
+// checkEvery is the backstop period of the address check; netlink events
+// normally trigger it at once.
+const checkEvery = 2 * time.Second
+
+// maxReattachDelay caps the backoff between attempts to re-open sockets.
+const maxReattachDelay = 5 * time.Second
+
 // Run runs the virtual router until ctx ends, then leaves MASTER with a
 // priority-0 advert, removes its VIPs and closes its sockets.
+//
+// Every goroutine it starts is awaited before it returns. What other
+// programs do to the kernel state it relies on is repaired: a VIP deleted
+// from under a master is put back, an interface that loses the address
+// adverts go out from puts the instance in FAULT until one is back, a
+// receive socket that fails puts it in FAULT (never MASTER: a deaf backup
+// would declare the master down) until it is re-opened, and SetInterface
+// moves it to another interface.
 func (i *Instance) Run(ctx context.Context) error {
-	r, err := i.open(ctx)
+	r, err := i.open()
 	if err != nil {
 		i.updateStatus(func(s *Status) { s.State = StateFault.String(); s.Fault = err.Error() })
 		return err
 	}
-	defer r.close()
-	return r.loop(ctx)
+	rxCtx, rxCancel := context.WithCancel(context.Background())
+	r.rxCtx = rxCtx
+	err = r.loop(ctx)
+	rxCancel()
+	r.closeSockets()
+	r.wg.Wait()
+	return err
 }
 
-func (i *Instance) open(ctx context.Context) (*runner, error) {
+func (i *Instance) open() (*runner, error) {
 	cfg := i.cfg
-	ifi, err := net.InterfaceByName(cfg.Interface)
-	if err != nil {
-		return nil, fmt.Errorf("vrrp: instance %s: interface %q: %w", cfg.Name, cfg.Interface, err)
+	r := &runner{Instance: i, peers: cfg.UnicastPeers, want: cfg.Interface,
+		rx: make(chan received, 16), rxFailed: make(chan rxFailure, 4)}
+	r.dst = MulticastGroupV4
+	if cfg.VIPs[0].Addr().Is6() {
+		r.dst = MulticastGroupV6
 	}
-	v6 := cfg.VIPs[0].Addr().Is6()
-	r := &runner{Instance: i, ifi: ifi, buf: make([]byte, 1500), peers: cfg.UnicastPeers}
-	r.src, err = sourceAddr(ifi, cfg.VIPs, v6)
-	if err != nil {
-		return nil, err
-	}
-	group := MulticastGroupV4
-	if v6 {
-		group = MulticastGroupV6
-	}
-	r.dst = group
-	vm, err := NewVIPManager(nil, cfg.Interface, cfg.Label)
-	if err != nil {
-		return nil, err
-	}
-	r.vipMgr = vm
-	if removed, err := r.vipMgr.RemoveStale(cfg.VIPs); err != nil {
-		i.log.Warn("removing stale VIPs failed", "err", err)
-	} else if len(removed) > 0 {
-		i.log.Info("removed stale VIPs left by an earlier run", "vips", removed)
-	}
-	an, err := NewAnnouncer(cfg.Interface)
-	if err != nil {
-		return nil, err
-	}
-	r.announce = an
+	var err error
 	if r.tracks, err = NewTrackSet(cfg.Tracks); err != nil {
-		r.announce.Close()
 		return nil, fmt.Errorf("vrrp: instance %s: %w", cfg.Name, err)
 	}
-	if r.conn, err = openConn(ctx, ifi, group, len(cfg.UnicastPeers) == 0); err != nil {
-		r.announce.Close()
+	if err := r.attach(cfg.Interface); err != nil {
 		return nil, err
 	}
 	r.m = NewMachine(MachineConfig{
@@ -268,9 +306,62 @@ func (i *Instance) open(ctx context.Context) (*runner, error) {
 	return r, nil
 }
 
-func (r *runner) close() {
-	r.conn.Close()
-	r.announce.Close()
+// attach opens everything the instance needs on interface name: the VIP
+// manager (removing stale copies of our VIPs there), the announcer, the
+// advert source address and the socket. On error nothing stays open.
+func (r *runner) attach(name string) error {
+	cfg := r.cfg
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return fmt.Errorf("vrrp: instance %s: interface %q: %w", cfg.Name, name, err)
+	}
+	vm, err := NewVIPManager(nil, name, cfg.Label)
+	if err != nil {
+		return err
+	}
+	addrs, err := vm.List()
+	if err != nil {
+		return fmt.Errorf("vrrp: instance %s: %w", cfg.Name, err)
+	}
+	src, ok := pickSource(addrs, cfg.VIPs, r.dst.Is6(), r.src)
+	if !ok {
+		fam := "IPv4"
+		if r.dst.Is6() {
+			fam = "IPv6 link-local"
+		}
+		return fmt.Errorf("vrrp: %s has no %s address to send adverts from", name, fam)
+	}
+	if removed, err := vm.RemoveStale(cfg.VIPs); err != nil {
+		r.log.Warn("removing stale VIPs failed", "interface", name, "err", err)
+	} else if len(removed) > 0 {
+		r.log.Info("removed stale VIPs left by an earlier run", "interface", name, "vips", removed)
+	}
+	an, err := NewAnnouncer(name)
+	if err != nil {
+		return err
+	}
+	c, err := openConn(context.Background(), ifi, r.dst, len(cfg.UnicastPeers) == 0)
+	if err != nil {
+		an.Close()
+		return err
+	}
+	r.ifi, r.vipMgr, r.announce, r.conn, r.src = ifi, vm, an, c, src
+	if r.m != nil {
+		r.m.SetSelf(src)
+	}
+	r.updateStatus(func(s *Status) { s.Interface = name })
+	return nil
+}
+
+// closeSockets closes the socket and the announcer; the receiver of that
+// socket then ends.
+func (r *runner) closeSockets() {
+	if r.conn != nil {
+		r.conn.Close()
+	}
+	if r.announce != nil {
+		r.announce.Close()
+	}
 }
 
 func (r *runner) filter() *rxFilter {
@@ -289,50 +380,200 @@ func (r *runner) filter() *rxFilter {
 }
 
 func (r *runner) loop(ctx context.Context) error {
-	// The receiver outlives ctx: the handover on shutdown listens for the
-	// new master's first advert.
-	rxCtx, rxCancel := context.WithCancel(context.Background())
-	defer rxCancel()
-	rx := make(chan received, 16)
-	go r.receive(rxCtx, r.filter(), rx)
+	r.startReceiver()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	trackCh := make(chan struct{}, 1)
-	go func() {
-		if err := r.tracks.Run(ctx, func() {
+	trackErr := make(chan error, 1)
+	r.wg.Go(func() {
+		err := r.tracks.Run(ctx, func() {
 			select {
 			case trackCh <- struct{}{}:
 			default:
 			}
-		}); err != nil && ctx.Err() == nil {
-			r.log.Error("tracking stopped", "err", err)
+		})
+		if err != nil && ctx.Err() == nil {
+			trackErr <- err
 		}
-	}()
-	linkCh := r.watchLink(ctx)
+	})
+	linkCh := make(chan linkEvent, 8)
+	addrCh := make(chan struct{}, 1)
+	r.wg.Go(func() { r.watchKernel(ctx, linkCh, addrCh) })
 
 	now := time.Now()
 	// Tracks start unhealthy until they rise; apply that before the first advert.
 	r.applyTracks(now, false)
 	r.apply(now, r.m.Start(now))
 	r.updateFault(now)
+	r.nextCheck = now.Add(checkEvery)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		r.resetTimer(timer)
 		select {
 		case <-ctx.Done():
-			r.shutdown(rx)
+			r.shutdown(r.rx)
 			return nil
-		case in := <-rx:
+		case err := <-trackErr:
+			// Tracking cannot stop on its own; if it does, the priority
+			// it set would be frozen. Stop the instance loudly instead.
+			r.shutdown(r.rx)
+			return fmt.Errorf("vrrp: instance %s: tracking stopped: %w", r.cfg.Name, err)
+		case in := <-r.rx:
 			r.handle(in.at, in)
+		case f := <-r.rxFailed:
+			if f.gen == r.gen && r.detached == "" {
+				r.receiverFailed(time.Now(), f.err)
+			}
 		case <-trackCh:
 			r.applyTracks(time.Now(), true)
-		case up := <-linkCh:
-			r.setLink(time.Now(), up)
+		case ev := <-linkCh:
+			r.linkChanged(time.Now(), ev)
+		case <-addrCh:
+			r.checkAddrs(time.Now())
+		case name := <-r.move:
+			r.moveTo(time.Now(), name)
 		case <-timer.C:
-			r.catchUp(rx)
+			r.catchUp(r.rx)
 			r.tick(time.Now())
 		}
+	}
+}
+
+// startReceiver starts the reader of the current socket.
+func (r *runner) startReceiver() {
+	r.gen++
+	gen, c, f := r.gen, r.conn, r.filter()
+	r.wg.Go(func() { r.receive(gen, c, f) })
+}
+
+// receiverFailed puts the instance in FAULT with its socket closed, and
+// schedules re-opening it.
+func (r *runner) receiverFailed(now time.Time, err error) {
+	r.metrics.repairs.WithLabelValues(r.cfg.Name, repairReceiver).Inc()
+	r.log.Error("receiving adverts failed; FAULT until the socket is re-opened (a deaf router must never become master)",
+		"interface", r.ifi.Name, "err", err)
+	r.detach(now, fmt.Sprintf("receiving adverts on %s failed: %v", r.ifi.Name, err))
+}
+
+// detach enters FAULT for reason (a master says goodbye with priority 0 on
+// the old socket and releases its VIPs), closes the sockets, and schedules
+// an attempt to open them again.
+func (r *runner) detach(now time.Time, reason string) {
+	r.detached = reason
+	r.updateFault(now)
+	r.closeSockets()
+	r.reattachDelay = 100 * time.Millisecond
+	r.reattachAt = now.Add(r.reattachDelay)
+}
+
+// reattach tries to open the sockets on r.want again; on failure it stays
+// in FAULT and tries again later, backing off.
+func (r *runner) reattach(now time.Time, kind string) {
+	if err := r.attach(r.want); err != nil {
+		r.reattachDelay = min(2*r.reattachDelay, maxReattachDelay)
+		r.reattachAt = now.Add(r.reattachDelay)
+		r.detached = err.Error()
+		r.updateFault(now)
+		r.log.Warn("cannot open the interface yet; staying in FAULT", "interface", r.want, "err", err, "retry_in", r.reattachDelay)
+		return
+	}
+	r.metrics.repairs.WithLabelValues(r.cfg.Name, kind).Inc()
+	r.log.Warn("sockets re-opened; rejoining as backup", "interface", r.want, "source", r.src)
+	r.detached, r.reattachAt = "", time.Time{}
+	r.noSource = ""
+	r.startReceiver()
+	r.updateFault(now)
+}
+
+// moveTo handles SetInterface: a move to another interface, or a re-open of
+// the current one when it was deleted and created again.
+func (r *runner) moveTo(now time.Time, name string) {
+	if name == "" {
+		return
+	}
+	if name == r.want && r.detached == "" {
+		if ifi, err := net.InterfaceByName(name); err == nil && ifi.Index == r.ifi.Index {
+			r.checkAddrs(now)
+			return
+		}
+	}
+	r.log.Warn("moving to another interface", "from", r.want, "to", name)
+	if r.detached == "" {
+		r.detach(now, fmt.Sprintf("moving from %s to %s", r.want, name))
+	}
+	r.want = name
+	r.reattach(now, repairInterface)
+}
+
+// linkChanged follows the instance's interface: carrier changes, deletion,
+// and a new interface of the same name (a bond or bridge rebuilt), which is
+// re-opened.
+func (r *runner) linkChanged(now time.Time, ev linkEvent) {
+	switch {
+	case r.detached == "" && ev.index == r.ifi.Index && ev.deleted:
+		r.log.Warn("interface deleted; FAULT until it is back", "interface", r.ifi.Name)
+		r.detach(now, "interface "+r.ifi.Name+" was deleted")
+	case r.detached == "" && ev.index == r.ifi.Index:
+		r.setLink(now, ev.up)
+	case r.detached != "" && ev.name == r.want && !ev.deleted:
+		r.reattach(now, repairInterface)
+	}
+}
+
+// checkAddrs compares the interface's addresses with what the instance
+// needs: the advert source (FAULT without one; a new one is adopted) and,
+// while master, every VIP (one deleted by someone else is put back at once
+// and announced).
+func (r *runner) checkAddrs(now time.Time) {
+	r.nextCheck = now.Add(checkEvery)
+	if r.detached != "" {
+		return
+	}
+	addrs, err := r.vipMgr.List()
+	if err != nil {
+		r.log.Debug("listing the interface's addresses failed", "err", err)
+		return
+	}
+	src, ok := pickSource(addrs, r.cfg.VIPs, r.dst.Is6(), r.src)
+	switch {
+	case !ok && r.noSource == "":
+		r.metrics.repairs.WithLabelValues(r.cfg.Name, repairSourceGone).Inc()
+		r.noSource = fmt.Sprintf("interface %s lost %s, the address adverts are sent from", r.ifi.Name, r.src)
+		r.log.Warn("the advert source address is gone; FAULT until the interface has one again",
+			"interface", r.ifi.Name, "source", r.src)
+		r.updateFault(now)
+		return
+	case !ok:
+		return
+	case src != r.src:
+		r.metrics.repairs.WithLabelValues(r.cfg.Name, repairSource).Inc()
+		r.log.Warn("the advert source address changed", "interface", r.ifi.Name, "was", r.src, "now", src)
+		r.src = src
+		r.m.SetSelf(src)
+	}
+	if r.noSource != "" {
+		r.log.Warn("the interface has an address again; rejoining", "interface", r.ifi.Name, "source", src)
+		r.noSource = ""
+		r.updateFault(now)
+	}
+	if !r.held || r.m.State() != StateMaster {
+		return
+	}
+	missing := missingVIPs(addrs, r.cfg.VIPs)
+	for _, v := range missing {
+		if err := r.vipMgr.Add(v); err != nil {
+			r.metrics.vipErrors.WithLabelValues(r.cfg.Name).Inc()
+			r.log.Error("a VIP was removed from under us and cannot be put back", "vip", v, "err", err)
+			continue
+		}
+		r.metrics.repairs.WithLabelValues(r.cfg.Name, repairVIP).Inc()
+		r.log.Warn("a VIP was removed from under us; put back", "vip", v, "interface", r.ifi.Name)
+	}
+	if len(missing) > 0 {
+		// Neighbours may have dropped our MAC meanwhile: tell them again.
+		r.announceSteps = 0
+		r.sendAnnounce(now)
 	}
 }
 
@@ -389,7 +630,7 @@ func (r *runner) awaitSuccessor(rx <-chan received, timeout <-chan time.Time) {
 
 func (r *runner) resetTimer(t *time.Timer) {
 	next := r.m.Deadline()
-	for _, d := range []time.Time{r.nextAnnounce, r.faultRetry} {
+	for _, d := range []time.Time{r.nextAnnounce, r.faultRetry, r.reattachAt, r.nextCheck} {
 		if !d.IsZero() && (next.IsZero() || d.Before(next)) {
 			next = d
 		}
@@ -401,13 +642,17 @@ func (r *runner) resetTimer(t *time.Timer) {
 	t.Reset(wait)
 }
 
-func (r *runner) receive(ctx context.Context, f *rxFilter, out chan<- received) {
+// receive reads socket c until it fails, then reports the failure (the
+// loop tells a socket it closed on purpose by its generation) and returns.
+func (r *runner) receive(gen int, c conn, f *rxFilter) {
 	name := r.cfg.Name
+	buf := make([]byte, 1500)
 	for {
-		payload, meta, err := r.conn.read(r.buf)
+		payload, meta, err := c.read(buf)
 		if err != nil {
-			if ctx.Err() == nil {
-				r.log.Error("receive failed", "err", err)
+			select {
+			case r.rxFailed <- rxFailure{gen: gen, err: err}:
+			case <-r.rxCtx.Done():
 			}
 			return
 		}
@@ -417,8 +662,8 @@ func (r *runner) receive(ctx context.Context, f *rxFilter, out chan<- received) 
 			continue
 		}
 		select {
-		case out <- received{v: v, meta: meta, at: time.Now()}:
-		case <-ctx.Done():
+		case r.rx <- received{v: v, meta: meta, at: time.Now()}:
+		case <-r.rxCtx.Done():
 			return
 		}
 	}
@@ -486,6 +731,13 @@ func (r *runner) reassert(now time.Time, peer netip.Addr) {
 }
 
 func (r *runner) tick(now time.Time) {
+	if !r.reattachAt.IsZero() && !now.Before(r.reattachAt) {
+		r.reattachAt = time.Time{}
+		r.reattach(now, repairInterface)
+	}
+	if !r.nextCheck.IsZero() && !now.Before(r.nextCheck) {
+		r.checkAddrs(now)
+	}
 	if !r.faultRetry.IsZero() && !now.Before(r.faultRetry) {
 		r.faultRetry = time.Time{}
 		r.vipFault = false
@@ -531,46 +783,40 @@ func (r *runner) setLink(now time.Time, up bool) {
 	r.updateFault(now)
 }
 
-// updateFault folds the three fault sources into the machine's fault flag.
+// updateFault folds the fault sources into the machine's fault flag and the
+// status's reason.
 func (r *runner) updateFault(now time.Time) {
 	reason := ""
 	switch {
+	case r.detached != "":
+		reason = r.detached
 	case r.linkDown:
-		reason = "interface " + r.cfg.Interface + " is down"
+		reason = "interface " + r.want + " is down"
+	case r.noSource != "":
+		reason = r.noSource
 	case r.vipFault:
 		reason = "could not install the VIPs"
 	case r.trackFault:
 		reason = "a tracked check with weight 0 is failing"
 	}
 	fault := reason != ""
+	if r.Status().Fault != reason {
+		r.updateStatus(func(s *Status) { s.Fault = reason })
+	}
 	if fault == (r.m.State() == StateFault) {
 		return
 	}
-	r.updateStatus(func(s *Status) { s.Fault = reason })
 	r.apply(now, r.m.SetFault(now, fault))
 }
 
-// becomeMasterOrder puts VIP installation before the first advert: peers
-// (and a leaving master waiting for its successor) act on the advert, so
-// the address must already be ours when it goes out.
-func becomeMasterOrder(actions []Action) []Action {
-	take := slices.IndexFunc(actions, func(a Action) bool { _, ok := a.(ActTakeVIPs); return ok })
-	send := slices.IndexFunc(actions, func(a Action) bool { _, ok := a.(ActSendAdvert); return ok })
-	if take < 0 || send < 0 || take < send {
-		return actions
-	}
-	out := slices.Clone(actions)
-	out[send], out[take] = out[take], out[send]
-	return out
-}
-
 func (r *runner) apply(now time.Time, actions []Action) {
-	for _, a := range becomeMasterOrder(actions) {
+	for _, a := range actions {
 		switch a := a.(type) {
 		case ActSendAdvert:
 			r.sendAdvert(a.Priority)
 		case ActTakeVIPs:
 			if err := r.takeVIPs(); err != nil {
+				r.held = false
 				r.metrics.vipErrors.WithLabelValues(r.cfg.Name).Inc()
 				r.log.Error("cannot install VIPs; going to FAULT", "err", err, "retry_in", r.cfg.FaultRetry)
 				r.vipFault = true
@@ -578,7 +824,9 @@ func (r *runner) apply(now time.Time, actions []Action) {
 				r.updateFault(now)
 				return
 			}
+			r.held = true
 		case ActReleaseVIPs:
+			r.held = false
 			r.nextAnnounce = time.Time{}
 			for _, v := range r.cfg.VIPs {
 				if err := r.vipMgr.Remove(v); err != nil {
@@ -689,44 +937,4 @@ func (r *runner) sendAdvert(prio uint8) {
 		}
 		r.metrics.sent.WithLabelValues(r.cfg.Name).Inc()
 	}
-}
-
-// watchLink reports carrier changes of the instance's interface: a node whose
-// link is down must not keep claiming MASTER when the link comes back while
-// another node took over, so link down is a FAULT.
-func (r *runner) watchLink(ctx context.Context) <-chan bool {
-	out := make(chan bool, 1)
-	updates := make(chan netlink.LinkUpdate, 8)
-	if err := netlink.LinkSubscribeWithOptions(updates, ctx.Done(), netlink.LinkSubscribeOptions{
-		ErrorCallback: func(err error) {
-			if ctx.Err() == nil {
-				r.log.Warn("link watch", "err", err)
-			}
-		},
-	}); err != nil {
-		r.log.Warn("cannot watch link state; link faults will not be detected", "err", err)
-		return out
-	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case u, ok := <-updates:
-				if !ok {
-					return
-				}
-				if int(u.Index) != r.ifi.Index {
-					continue
-				}
-				up := u.Attrs().OperState == netlink.OperUp || u.Attrs().OperState == netlink.OperUnknown
-				select {
-				case out <- up:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	}()
-	return out
 }

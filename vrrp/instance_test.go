@@ -1,11 +1,13 @@
 package vrrp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +39,7 @@ func (c *fakeConn) Close() error  { return nil }
 func (c *fakeConn) pending() bool { return false }
 
 type fakeVIPs struct {
+	own   []netip.Prefix // the interface's own addresses, as List reports them
 	fail  error
 	held  map[netip.Prefix]bool
 	calls []string
@@ -56,6 +59,13 @@ func (f *fakeVIPs) Remove(p netip.Prefix) error {
 	return nil
 }
 func (f *fakeVIPs) RemoveStale([]netip.Prefix) ([]netip.Prefix, error) { return nil, nil }
+func (f *fakeVIPs) List() ([]netip.Prefix, error) {
+	out := slices.Clone(f.own)
+	for p := range f.held {
+		out = append(out, p)
+	}
+	return out, nil
+}
 
 type fakeAnnouncer struct{ rounds int }
 
@@ -79,7 +89,8 @@ func newTestRunner(t *testing.T, vips *fakeVIPs) (*runner, *fakeConn, *fakeAnnou
 	c, an := &fakeConn{}, &fakeAnnouncer{}
 	self := netip.MustParseAddr("192.168.126.10")
 	r := &runner{Instance: in, conn: c, vipMgr: vips, announce: an, tracks: ts,
-		ifi: &net.Interface{Index: 2, Name: "eth0"}, src: self, dst: MulticastGroupV4}
+		ifi: &net.Interface{Index: 2, Name: "eth0"}, src: self, dst: MulticastGroupV4, want: "eth0",
+		rxCtx: context.Background()}
 	r.m = NewMachine(MachineConfig{Version: 3, Priority: 100, Interval: 100 * time.Millisecond, Preempt: true, Self: self})
 	return r, c, an
 }

@@ -14,6 +14,7 @@ type Metrics struct {
 	collisions  *prometheus.CounterVec
 	vipErrors   *prometheus.CounterVec
 	track       *prometheus.GaugeVec
+	repairs     *prometheus.CounterVec
 }
 
 // NewMetrics creates the VRRP metrics and registers them with reg (nil: not registered).
@@ -55,10 +56,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "appliance_vrrp_track_healthy",
 			Help: "Tracked check health: 1 healthy, 0 failing.",
 		}, []string{"instance", "track"}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_vrrp_repairs_total",
+			Help: "Kernel state found changed under the instance and what was done: vip_restored, source_changed, source_lost (FAULT), receiver_failed (FAULT), interface_reopened.",
+		}, []string{"instance", "kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.state, m.priority, m.transitions, m.sent, m.received, m.drops,
-			m.collisions, m.vipErrors, m.track)
+			m.collisions, m.vipErrors, m.track, m.repairs)
 	}
 	return m
 }

@@ -204,6 +204,21 @@ func (m *VIPManager) Has(p netip.Prefix) (bool, error) {
 	return false, nil
 }
 
+// List returns the interface's addresses with their prefix lengths.
+func (m *VIPManager) List() ([]netip.Prefix, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	addrs, err := m.list()
+	if err != nil {
+		return nil, fmt.Errorf("vrrp: list addresses of %s: %w", m.ifname, err)
+	}
+	out := make([]netip.Prefix, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.prefix
+	}
+	return out, nil
+}
+
 type listedAddr struct {
 	prefix netip.Prefix
 	label  string
