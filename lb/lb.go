@@ -166,6 +166,9 @@ type LB struct {
 	kick    chan struct{}
 	mu      sync.Mutex
 	rules   []Redirect
+	repair  *RedirectRepair // the last repair of the redirect table
+	// watch tunes the redirect's watcher; tests shorten it.
+	watch WatchOptions
 }
 
 // New builds the LB and binds its listeners at once, so a port clash is
@@ -289,6 +292,9 @@ func (l *LB) Ready(context.Context) error {
 type Status struct {
 	Pools    map[string][]BackendStatus `json:"pools"`
 	Redirect []string                   `json:"redirect"`
+	// LastRepair is the last time the redirect table was found changed by
+	// someone else and put back; absent when that never happened.
+	LastRepair *RedirectRepair `json:"last_redirect_repair,omitempty"`
 }
 
 // Status reports the pools' backends and the installed redirects.
@@ -300,6 +306,10 @@ func (l *LB) Status() Status {
 	l.mu.Lock()
 	for _, r := range l.rules {
 		s.Redirect = append(s.Redirect, fmt.Sprintf("%s -> :%d", netip.AddrPortFrom(r.VIP, r.Port), r.ToPort))
+	}
+	if l.repair != nil {
+		r := *l.repair
+		s.LastRepair = &r
 	}
 	l.mu.Unlock()
 	return s
@@ -348,9 +358,18 @@ func (l *LB) Run(ctx context.Context) error {
 		defer close(redirDone)
 		l.reconcileRedirect(ctx)
 	}()
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		l.watchRedirect(ctx)
+	}()
 
 	<-ctx.Done()
 	<-redirDone
+	// The watcher ends before the removal below (which it would not undo
+	// anyway: no rules are wanted then) and before the namespace handle
+	// closes.
+	<-watchDone
 	if l.redir != nil {
 		if err := l.redir.Remove(); err != nil {
 			l.log.Error("remove redirect", "err", err)
@@ -415,6 +434,23 @@ func (l *LB) setRules(r []Redirect) {
 	l.rules = r
 	l.mu.Unlock()
 	l.metrics.setRedirect(len(r))
+}
+
+// watchRedirect keeps the redirect table as reconcileRedirect last set it,
+// repairing what others change (see Redirector.Watch), until ctx ends.
+func (l *LB) watchRedirect(ctx context.Context) {
+	if l.redir == nil {
+		return
+	}
+	o := l.watch
+	o.Log = l.log
+	o.OnRepair = func(r RedirectRepair) {
+		l.metrics.repaired(r.Kind)
+		l.mu.Lock()
+		l.repair = &r
+		l.mu.Unlock()
+	}
+	_ = l.redir.Watch(ctx, o)
 }
 
 func (l *LB) reconcileRedirect(ctx context.Context) {

@@ -12,6 +12,7 @@ type Metrics struct {
 	conns    *prometheus.CounterVec
 	healthy  *prometheus.GaugeVec
 	redirect prometheus.Gauge
+	repairs  *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them with reg (nil: not registered).
@@ -45,9 +46,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "appliance_lb_redirect_rules",
 			Help: "nftables redirect rules installed (VIP and port pairs).",
 		}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_lb_redirect_repairs_total",
+			Help: "Repairs of the nftables redirect table after someone else changed it, by what was wrong: table (gone), chain (gone, changed or added), rule (missing or foreign).",
+		}, []string{"kind"}),
+	}
+	// Every kind shows from the start, at 0, so a rate over it is defined.
+	for _, k := range []string{RepairTable, RepairChain, RepairRule} {
+		m.repairs.WithLabelValues(k)
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.active, m.checks, m.bytes, m.conns, m.healthy, m.redirect)
+		reg.MustRegister(m.state, m.active, m.checks, m.bytes, m.conns, m.healthy, m.redirect, m.repairs)
 	}
 	return m
 }
@@ -102,6 +111,12 @@ func (m *Metrics) setHealthy(pool string, n int) {
 func (m *Metrics) setRedirect(n int) {
 	if m != nil {
 		m.redirect.Set(float64(n))
+	}
+}
+
+func (m *Metrics) repaired(kind string) {
+	if m != nil {
+		m.repairs.WithLabelValues(kind).Inc()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -33,7 +34,11 @@ type Redirector struct {
 	netnsFd int // 0: the caller's (the process's) namespace
 
 	mu      sync.Mutex
-	current []Redirect
+	current []Redirect // nil: never applied; empty: no table wanted
+
+	// ownTIDs are the threads our batches were sent from (see flush).
+	tidMu   sync.Mutex
+	ownTIDs map[uint32]struct{}
 }
 
 // NewRedirector prepares a redirector for table ("" means DefaultTable) in
@@ -101,29 +106,79 @@ func (r *Redirector) Apply(rules []Redirect) error {
 		r.current = []Redirect{}
 		return nil
 	}
+	if err := r.install(rules); err != nil {
+		return err
+	}
+	r.current = rules
+	return nil
+}
+
+// install replaces the table with one holding exactly rules, in one batch:
+// adding the table first makes the delete valid whether or not it exists,
+// and deleting it drops whatever else someone put into it (a stray chain,
+// a chain re-created with another hook). Callers hold r.mu.
+func (r *Redirector) install(rules []Redirect) error {
 	c, err := r.conn()
 	if err != nil {
 		return err
 	}
+	c.AddTable(r.tableObj())
+	c.DelTable(r.tableObj())
 	t := c.AddTable(r.tableObj())
-	c.FlushTable(t)
-	pre := c.AddChain(&nftables.Chain{
-		Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
-	})
-	out := c.AddChain(&nftables.Chain{
-		Name: "output", Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityNATDest,
-	})
+	pre := c.AddChain(chainSpec(t, chainPrerouting))
+	out := c.AddChain(chainSpec(t, chainOutput))
 	for _, rd := range rules {
 		c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: redirectExprs(rd, false)})
 		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: redirectExprs(rd, true)})
 	}
-	if err := c.Flush(); err != nil {
+	if err := r.flush(c); err != nil {
 		return fmt.Errorf("lb: install redirect table %s: %w", r.table, err)
 	}
-	r.current = rules
 	return nil
+}
+
+// flush sends c's batch from a thread locked for the call and remembers
+// that thread: the kernel names the sending thread in the generation
+// message that closes each transaction, which is how the watcher tells our
+// own batches from someone else's without reading the table back.
+func (r *Redirector) flush(c *nftables.Conn) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tid := uint32(unix.Gettid())
+	r.tidMu.Lock()
+	if r.ownTIDs == nil {
+		r.ownTIDs = map[uint32]struct{}{}
+	}
+	r.ownTIDs[tid] = struct{}{}
+	r.tidMu.Unlock()
+	return c.Flush()
+}
+
+// ownThread reports whether tid sent one of our batches.
+func (r *Redirector) ownThread(tid uint32) bool {
+	r.tidMu.Lock()
+	defer r.tidMu.Unlock()
+	_, ok := r.ownTIDs[tid]
+	return ok
+}
+
+// Names of the two chains of the table.
+const (
+	chainPrerouting = "prerouting"
+	chainOutput     = "output"
+)
+
+// chainSpec is the NAT base chain called name: prerouting for traffic from
+// the network, output for local clients.
+func chainSpec(t *nftables.Table, name string) *nftables.Chain {
+	hook := nftables.ChainHookPrerouting
+	if name == chainOutput {
+		hook = nftables.ChainHookOutput
+	}
+	return &nftables.Chain{
+		Name: name, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: hook, Priority: nftables.ChainPriorityNATDest,
+	}
 }
 
 // Remove deletes the table if it exists: at start (a crashed run may have
@@ -150,7 +205,7 @@ func (r *Redirector) remove() error {
 		return fmt.Errorf("lb: look up table %s: %w", r.table, err)
 	}
 	c.DelTable(r.tableObj())
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+	if err := r.flush(c); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("lb: delete table %s: %w", r.table, err)
 	}
 	return nil

@@ -1,0 +1,217 @@
+package lb
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/nftables"
+)
+
+// WatchOptions tune Watch. Zero fields take the defaults.
+type WatchOptions struct {
+	// Interval is the period of the backstop check, for changes the
+	// monitor missed; 0 means 5 s.
+	Interval time.Duration
+	// MinBackoff and MaxBackoff bound the wait before the monitor is
+	// re-opened after it failed; 0 means 100 ms and 5 s.
+	MinBackoff, MaxBackoff time.Duration
+	// Log receives the repair and monitor lines; nil discards them.
+	Log *slog.Logger
+	// OnRepair is told of each repair once it is made (counters, /status).
+	OnRepair func(RedirectRepair)
+}
+
+func (o *WatchOptions) fill() {
+	if o.Interval <= 0 {
+		o.Interval = 5 * time.Second
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff < o.MinBackoff {
+		o.MaxBackoff = max(o.MinBackoff, 5*time.Second)
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Triggers of a check, as RedirectRepair.Trigger says them.
+const (
+	triggerEvent   = "nftables event"
+	triggerPeriod  = "periodic check"
+	triggerMonitor = "monitor (re)opened"
+)
+
+// Watch keeps the table equal to the rules last applied until ctx ends.
+// It listens to the nftables monitor of the Redirector's namespace and
+// checks the table (see Check) after every transaction of someone else's
+// that touched it, and every Interval in case the monitor lost events. A
+// monitor that fails is re-opened with backoff, and the table checked at
+// once, since events were lost. Watch returns nil when ctx ends, having
+// closed the monitor and awaited its goroutine; it must end before Close.
+func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
+	o.fill()
+	check := func(trigger string) {
+		rep, err := r.Check(trigger)
+		if rep != nil {
+			attrs := []any{"kind", rep.Kind, "found", rep.Found, "trigger", trigger}
+			if err != nil {
+				o.Log.Error("redirect repair failed", append(attrs, "err", err)...)
+				return
+			}
+			o.Log.Warn("redirect repaired", append(attrs, "action", rep.Action)...)
+			if o.OnRepair != nil {
+				o.OnRepair(*rep)
+			}
+			return
+		}
+		if err != nil {
+			o.Log.Error("check redirect", "trigger", trigger, "err", err)
+		}
+	}
+
+	var mon *monitor
+	defer func() {
+		if mon != nil {
+			mon.close()
+		}
+	}()
+	backoff := o.MinBackoff
+	reopen := time.NewTimer(0)
+	defer reopen.Stop()
+	tick := time.NewTicker(o.Interval)
+	defer tick.Stop()
+	fail := func(err error) {
+		if mon != nil {
+			mon.close()
+			mon = nil
+		}
+		o.Log.Warn("nftables monitor failed; re-opening", "err", err, "in", backoff)
+		reopen.Reset(backoff)
+		backoff = min(2*backoff, o.MaxBackoff)
+	}
+	for {
+		var events <-chan *nftables.MonitorEvents
+		if mon != nil {
+			events = mon.events
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-reopen.C:
+			m, err := r.openMonitor()
+			if err != nil {
+				fail(err)
+				continue
+			}
+			mon = m
+			check(triggerMonitor)
+		case evs, ok := <-events:
+			switch {
+			case !ok:
+				fail(fmt.Errorf("lb: nftables monitor stopped"))
+			case evs.GeneratedBy != nil && evs.GeneratedBy.Type == nftables.MonitorEventTypeOOB:
+				// Typically ENOBUFS: the socket overran and events were
+				// lost, so look at the table now rather than at the tick.
+				fail(fmt.Errorf("lb: nftables monitor: %w", evs.GeneratedBy.Error))
+				check(triggerMonitor)
+			default:
+				backoff = o.MinBackoff
+				if r.concerns(evs) {
+					check(triggerEvent)
+				}
+			}
+		case <-tick.C:
+			check(triggerPeriod)
+		}
+	}
+}
+
+// monitor is one open nftables monitor and the lasting connection it
+// reads from.
+type monitor struct {
+	conn   *nftables.Conn
+	mon    *nftables.Monitor
+	events <-chan *nftables.MonitorEvents
+}
+
+// openMonitor subscribes to the nftables events of the Redirector's
+// namespace. The connection is a lasting one so that close can close its
+// socket even after the monitor's reader ended on an error (the library
+// closes a transient socket only when asked to before that).
+func (r *Redirector) openMonitor() (*monitor, error) {
+	opts := []nftables.ConnOption{nftables.AsLasting()}
+	if r.netnsFd != 0 {
+		opts = append(opts, nftables.WithNetNSFd(r.netnsFd))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lb: nftables monitor connection: %w", err)
+	}
+	m := nftables.NewMonitor(
+		nftables.WithMonitorObject(nftables.MonitorObjectRuleset),
+		nftables.WithMonitorEventBuffer(64),
+	)
+	ch, err := c.AddGenerationalMonitor(m)
+	if err != nil {
+		_ = c.CloseLasting()
+		return nil, fmt.Errorf("lb: nftables monitor: %w", err)
+	}
+	return &monitor{conn: c, mon: m, events: ch}, nil
+}
+
+// close stops the monitor and waits for its reader: closing the socket
+// ends the reader's receive, and draining lets it finish a send it may be
+// blocked in, after which it closes the channel.
+func (m *monitor) close() {
+	_ = m.mon.Close()
+	_ = m.conn.CloseLasting()
+	for range m.events {
+	}
+}
+
+// concerns reports whether a transaction touched our table and was not
+// sent by us. A transaction of ours is left alone: it leaves the table as
+// desired, and checking after it would only read the table back.
+func (r *Redirector) concerns(evs *nftables.MonitorEvents) bool {
+	if !touchesTable(r.table, evs.Changes) {
+		return false
+	}
+	if evs.GeneratedBy != nil {
+		if g, ok := evs.GeneratedBy.Data.(*nftables.GenMsg); ok && r.ownThread(g.ProcPID) {
+			return false
+		}
+	}
+	return true
+}
+
+// touchesTable reports whether any change concerns the inet table called
+// table. A change the library could not decode counts: better one check
+// too many than a missed deletion.
+func touchesTable(table string, changes []*nftables.MonitorEvent) bool {
+	for _, ev := range changes {
+		if ev.Error != nil {
+			return true
+		}
+		var t *nftables.Table
+		switch d := ev.Data.(type) {
+		case *nftables.Table:
+			t = d
+		case *nftables.Chain:
+			t = d.Table
+		case *nftables.Rule:
+			t = d.Table
+		case *nftables.Set:
+			t = d.Table
+		default:
+			continue
+		}
+		if t != nil && t.Name == table && t.Family == nftables.TableFamilyINet {
+			return true
+		}
+	}
+	return false
+}
