@@ -1,0 +1,334 @@
+package preflight
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"appliance/internal/cluster"
+)
+
+// Defaults for Options.
+const (
+	DefaultTimeout    = 10 * time.Second
+	DefaultProbeWait  = time.Second     // ARP/NDP probes and MTU echoes
+	DefaultDHCPWait   = 3 * time.Second // dnsmasq pings an address before offering it
+	DefaultVRRPListen = 3 * time.Second // three adverts of a router at keepalived's 1 s default
+	DefaultResolvConf = "/etc/resolv.conf"
+)
+
+// Options tune a run. The zero value is usable: every field has a default.
+type Options struct {
+	// Node is the configured node this machine is (--node); "" finds it by
+	// local address, then host name, and skips the node-local checks when
+	// neither matches (the installer's machine).
+	Node string
+	// Hostname is this machine's name for finding the node; default os.Hostname.
+	Hostname string
+	// Timeout bounds the whole run; checks still running then warn.
+	Timeout time.Duration
+	// ProbeWait, DHCPWait and VRRPListen are how long each check waits for
+	// answers; tests shorten them.
+	ProbeWait, DHCPWait, VRRPListen time.Duration
+	// Resolvers are the DNS servers to check through; default dhcp.dns from
+	// the config (what the nodes are handed), else ResolvConf's.
+	Resolvers []netip.AddrPort
+	// ResolvConf is read when neither Resolvers nor dhcp.dns is set.
+	ResolvConf string
+	// Listens are the node's service sockets, for the port checks.
+	Listens Listens
+	// Log receives progress at debug level; default discards.
+	Log *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.ProbeWait <= 0 {
+		o.ProbeWait = DefaultProbeWait
+	}
+	if o.DHCPWait <= 0 {
+		o.DHCPWait = DefaultDHCPWait
+	}
+	if o.VRRPListen <= 0 {
+		o.VRRPListen = DefaultVRRPListen
+	}
+	if o.ResolvConf == "" {
+		o.ResolvConf = DefaultResolvConf
+	}
+	if o.Hostname == "" {
+		o.Hostname, _ = os.Hostname()
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Run loads the config at path and runs every check, in a fixed order:
+// config, placement, VIPs, DHCP, VRRP, DNS, ports, MTU. A config that does
+// not load fails the first check and skips the rest.
+func Run(ctx context.Context, path string, opts Options) []Result {
+	opts.defaults()
+	cfg, err := cluster.Load(path)
+	first := DecideConfig(path, cfg, err)
+	if err != nil {
+		out := []Result{first}
+		for _, id := range []string{IDPlacement, IDVIPFree, IDDHCP, IDVRRP, IDDNS, IDPort, IDMTU} {
+			out = append(out, skipped(id, "skipped: the config does not load (see check %s)", IDConfig))
+		}
+		return out
+	}
+	return append([]Result{first}, RunConfig(ctx, cfg, opts)...)
+}
+
+// RunConfig runs every check after the config one against a loaded config.
+// The network checks run concurrently, so the run takes about as long as
+// the longest listening window.
+func RunConfig(ctx context.Context, cfg *cluster.Config, opts Options) []Result {
+	opts.defaults()
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	log := opts.Log
+
+	out := []Result{DecidePlacement(cfg)}
+	local, lerr := cluster.LocalInterfaces()
+	ifi, ifErr := segmentInterface(cfg, local, lerr)
+	var self *cluster.Node
+	selfErr := lerr
+	if lerr == nil {
+		if n, err := cfg.FindSelf(opts.Node, local, opts.Hostname); err == nil {
+			self = &n
+		} else {
+			selfErr = err
+		}
+	}
+	log.Debug("preflight: where", "interface", ifName(ifi), "interfaceErr", ifErr, "node", self)
+
+	// Each group of checks fills its own slot; slots keep the output order
+	// fixed whatever finishes first.
+	groups := []func() []Result{
+		func() []Result { return vipChecks(ctx, cfg, ifi, ifErr, local, opts) },
+		func() []Result { return []Result{dhcpCheck(ctx, cfg, ifi, ifErr, opts)} },
+		func() []Result { return []Result{vrrpCheck(ctx, cfg, ifi, ifErr, opts)} },
+		func() []Result { return dnsChecks(ctx, cfg, opts) },
+		func() []Result { return portChecks(ctx, cfg, self, selfErr, opts) },
+		func() []Result { return []Result{mtuCheck(ctx, cfg, ifi, ifErr, self, selfErr, opts)} },
+	}
+	slots := make([][]Result, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Go(func() { slots[i] = g() })
+	}
+	wg.Wait()
+	for _, s := range slots {
+		out = append(out, s...)
+	}
+	return out
+}
+
+func ifName(ifi *net.Interface) string {
+	if ifi == nil {
+		return ""
+	}
+	return ifi.Name
+}
+
+// segmentInterface is the interface on the machine network: network.interface
+// when set, else the one holding a machine-network address.
+func segmentInterface(cfg *cluster.Config, local []cluster.LocalInterface, lerr error) (*net.Interface, error) {
+	if lerr != nil {
+		return nil, lerr
+	}
+	name := cfg.Network.Interface
+	if name == "" {
+		n, err := cfg.PickInterface(local)
+		if err != nil {
+			return nil, fmt.Errorf("%w; run preflight on a machine on the machine network", err)
+		}
+		name = n
+	}
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("network.interface %s: %w", name, err)
+	}
+	return ifi, nil
+}
+
+func vipChecks(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifErr error, local []cluster.LocalInterface, opts Options) []Result {
+	type vip struct {
+		kind cluster.VIPKind
+		addr netip.Addr
+	}
+	var vips []vip
+	var addrs []netip.Addr
+	for _, k := range []cluster.VIPKind{cluster.VIPAPI, cluster.VIPIngress} {
+		for _, a := range cfg.VIPsFor(k) {
+			vips = append(vips, vip{k, a})
+			addrs = append(addrs, a)
+		}
+	}
+	var out []Result
+	if ifErr != nil {
+		for _, v := range vips {
+			out = append(out, skipped(IDVIPFree+"."+cluster.VIPName(v.kind, v.addr), "%s VIP %s not probed: %v", v.kind, v.addr, ifErr))
+		}
+		return out
+	}
+	answers, errs := ProbeVIPs(ctx, ifi, addrs, opts.ProbeWait)
+	for _, v := range vips {
+		out = append(out, DecideVIP(cfg, VIPObservation{
+			Kind: v.kind, VIP: v.addr, Answers: answers[v.addr], Err: errs[v.addr],
+			LocalIface: holderOf(local, v.addr),
+		}))
+	}
+	return out
+}
+
+// holderOf names the local interface holding a, if any.
+func holderOf(local []cluster.LocalInterface, a netip.Addr) string {
+	for _, li := range local {
+		for _, p := range li.Addrs {
+			if p.Addr() == a {
+				return li.Name
+			}
+		}
+	}
+	return ""
+}
+
+func dhcpCheck(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifErr error, opts Options) Result {
+	if ifErr != nil {
+		return skipped(IDDHCP, "no DHCP DISCOVER sent: %v", ifErr)
+	}
+	mac := ThrowawayMAC()
+	offers, err := DiscoverServers(ctx, ifi.Name, mac, opts.DHCPWait)
+	return DecideDHCP(cfg, DHCPObservation{Iface: ifi.Name, MAC: mac, Offers: offers, Err: err})
+}
+
+func vrrpCheck(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifErr error, opts Options) Result {
+	if ifErr != nil {
+		return skipped(IDVRRP, "did not listen for VRRP: %v", ifErr)
+	}
+	v6 := false
+	for _, a := range append(cfg.VIPsFor(cluster.VIPAPI), cfg.VIPsFor(cluster.VIPIngress)...) {
+		v6 = v6 || a.Is6()
+	}
+	ads, err := ListenVRRP(ctx, ifi, v6, opts.VRRPListen)
+	return DecideVRRP(cfg, VRRPObservation{Iface: ifi.Name, Window: opts.VRRPListen, Adverts: ads, Err: err})
+}
+
+// resolver picks the DNS server the nodes will use: the one given, else
+// the first that DHCP hands out (dhcp.dns), else this machine's.
+func resolver(cfg *cluster.Config, opts Options) (netip.AddrPort, string, error) {
+	if len(opts.Resolvers) > 0 {
+		return opts.Resolvers[0], "--resolver", nil
+	}
+	if len(cfg.DHCP.DNS) > 0 {
+		return netip.AddrPortFrom(cfg.DHCP.DNS[0], 53), "dhcp.dns", nil
+	}
+	rs, err := ResolversFrom(opts.ResolvConf)
+	if err != nil {
+		return netip.AddrPort{}, "", err
+	}
+	if len(rs) == 0 {
+		return netip.AddrPort{}, "", fmt.Errorf("%s lists no nameserver", opts.ResolvConf)
+	}
+	return rs[0], opts.ResolvConf, nil
+}
+
+func dnsChecks(ctx context.Context, cfg *cluster.Config, opts Options) []Result {
+	srv, from, err := resolver(cfg, opts)
+	if err != nil {
+		return []Result{skipped(IDDNS, "no resolver to check through: %v; pass --resolver IP", err)}
+	}
+	opts.Log.Debug("preflight: DNS", "resolver", srv, "from", from)
+	dom := cfg.Cluster.Domain()
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	apps := randomLabel("preflight-", r) + ".apps." + dom
+	_, _ = rand.Read(r[:])
+	stray := randomLabel("preflight-", r) + "." + dom
+
+	type job func() Result
+	jobs := []job{
+		func() Result {
+			return DecideName(IDDNS+".api", LookupName(ctx, srv, "api."+dom), cfg.Network.APIVIPs, "network.apiVIPs")
+		},
+		func() Result {
+			return DecideName(IDDNS+".api-int", LookupName(ctx, srv, "api-int."+dom), cfg.Network.APIVIPs, "network.apiVIPs")
+		},
+		func() Result {
+			return DecideName(IDDNS+".apps", LookupName(ctx, srv, apps), cfg.Network.IngressVIPs, "network.ingressVIPs, as *.apps."+dom)
+		},
+		func() Result { return DecideWildcard(IDDNS+".wildcard", dom, LookupName(ctx, srv, stray)) },
+	}
+	for _, n := range cfg.Nodes {
+		if len(n.IPs) == 0 {
+			continue
+		}
+		fqdn := n.Name + "." + dom
+		jobs = append(jobs, func() Result {
+			return DecideName(IDDNS+".node."+n.Name, LookupName(ctx, srv, fqdn), n.IPs, "the addresses of node "+n.Name)
+		})
+		for _, a := range n.IPs {
+			id := IDDNS + ".ptr." + n.Name
+			if len(n.IPs) > 1 {
+				id += "-" + family(a)
+			}
+			jobs = append(jobs, func() Result { return DecidePTR(id, LookupPTR(ctx, srv, a), fqdn) })
+		}
+	}
+	out := make([]Result, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() { out[i] = j() })
+	}
+	wg.Wait()
+	return out
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "v4"
+	}
+	return "v6"
+}
+
+func portChecks(ctx context.Context, cfg *cluster.Config, self *cluster.Node, selfErr error, opts Options) []Result {
+	if self == nil {
+		return []Result{skipped(IDPort, "not checked: this machine is not one of the nodes (%v)", selfErr)}
+	}
+	l := opts.Listens
+	if l.Admin == "" {
+		l.Admin = cfg.Admin.Listen
+	}
+	if !cfg.LB.MCS {
+		l.NoMCS = true
+	}
+	var out []Result
+	for _, p := range NodePorts(self.Role, l) {
+		out = append(out, DecidePort(TryBind(ctx, p)))
+	}
+	return out
+}
+
+func mtuCheck(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifErr error, self *cluster.Node, selfErr error, opts Options) Result {
+	switch {
+	case !cfg.Network.Gateway.IsValid():
+		return skipped(IDMTU, "no network.gateway to probe the path to")
+	case ifErr != nil:
+		return skipped(IDMTU, "path MTU not probed: %v", ifErr)
+	case self == nil:
+		return skipped(IDMTU, "path MTU not probed: this machine is not one of the nodes (%v)", selfErr)
+	}
+	sizes := ProbeSizes(ifi.MTU)
+	answered, err := ProbePathMTU(ctx, ifi.Name, cfg.Network.Gateway, sizes, opts.ProbeWait)
+	return DecideMTU(MTUObservation{Iface: ifi.Name, MTU: ifi.MTU, Gateway: cfg.Network.Gateway, Answered: answered, Err: err})
+}
