@@ -31,7 +31,7 @@ func Dnsmasq(cfg *cluster.Config, opts Options) (string, error) {
 	b.WriteString("# DNS: names in the cluster domain are answered from here or not at all.\n")
 	fmt.Fprintf(&b, "local=/%s/\n", domain)
 	fmt.Fprintf(&b, "local-ttl=%d\n", dnsserver.DefaultTTL)
-		if len(cfg.Network.UpstreamDNS) > 0 {
+	if len(cfg.Network.UpstreamDNS) > 0 {
 		b.WriteString("no-resolv\n")
 		for _, u := range cfg.Network.UpstreamDNS {
 			fmt.Fprintf(&b, "server=%s#%d\n", u.Addr(), u.Port())
