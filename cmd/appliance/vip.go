@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"slices"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/host"
 	"appliance/vrrp"
 )
 
@@ -60,16 +60,17 @@ SIGTERM hands the VIPs over at once (a priority-0 advert) and removes them.`,
 				return err
 			}
 			var cfgs []vrrp.Config
+			var follow *host.Host
 			listen := f.adminListen
 			if f.config != "" {
-				cfgs, listen, err = f.fromConfig(cmd)
+				cfgs, listen, follow, err = f.fromConfig(cmd, log)
 			} else {
 				cfgs, err = f.fromFlags()
 			}
 			if err != nil {
 				return err
 			}
-			return runVIPs(cmd.Context(), cfgs, listen, log)
+			return runVIPs(cmd.Context(), cfgs, listen, follow, log)
 		},
 	}
 	fl := cmd.Flags()
@@ -148,29 +149,26 @@ func (f *vipFlags) fromFlags() ([]vrrp.Config, error) {
 	return []vrrp.Config{c}, nil
 }
 
-func (f *vipFlags) fromConfig(cmd *cobra.Command) ([]vrrp.Config, string, error) {
+// fromConfig builds the node's virtual routers from the cluster config. When
+// no interface is pinned (--interface, network.interface) it also returns a
+// Host that follows the node's address to whichever interface holds it.
+func (f *vipFlags) fromConfig(cmd *cobra.Command, log *slog.Logger) ([]vrrp.Config, string, *host.Host, error) {
 	cfg, err := cluster.Load(f.config)
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	local, err := cluster.LocalInterfaces()
+	view, err := host.Resolve(cfg, host.Options{Node: f.node, Interface: f.iface})
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
-	host, _ := os.Hostname()
-	self, err := cfg.FindSelf(f.node, local, host)
-	if err != nil {
-		return nil, "", err
+	if view.Interface == "" {
+		return nil, "", nil, fmt.Errorf("vip: %s", view.Problem)
 	}
-	iface := cfg.Network.Interface
-	if iface == "" {
-		if iface, err = cfg.PickInterface(local); err != nil {
-			return nil, "", err
-		}
-	}
+	self, _ := cfg.NodeByName(view.Name)
+	iface := view.Interface
 	tracks, err := f.tracks()
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	var out []vrrp.Config
 	for _, in := range cfg.VIPInstances(self) {
@@ -182,13 +180,18 @@ func (f *vipFlags) fromConfig(cmd *cobra.Command) ([]vrrp.Config, string, error)
 		})
 	}
 	if len(out) == 0 {
-		return nil, "", fmt.Errorf("vip: node %s (role %s) holds no VIP in %s", self.Name, self.Role, f.config)
+		return nil, "", nil, fmt.Errorf("vip: node %s (role %s) holds no VIP in %s", self.Name, self.Role, f.config)
 	}
-	return out, adminListen(cmd, f.adminListen, cfg), nil
+	var follow *host.Host
+	if !view.Pinned {
+		follow = host.New(cfg, host.Options{Node: view.Name}, "", log)
+	}
+	return out, adminListen(cmd, f.adminListen, cfg), follow, nil
 }
 
-// runVIPs runs the instances and the admin listener until ctx ends.
-func runVIPs(ctx context.Context, cfgs []vrrp.Config, listen string, log *slog.Logger) error {
+// runVIPs runs the instances and the admin listener until ctx ends. With
+// follow, the instances move with the node's address to another interface.
+func runVIPs(ctx context.Context, cfgs []vrrp.Config, listen string, follow *host.Host, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := vrrp.NewMetrics(reg)
@@ -230,5 +233,26 @@ func runVIPs(ctx context.Context, cfgs []vrrp.Config, listen string, log *slog.L
 	for _, in := range instances {
 		eg.Go(func() error { return in.Run(ctx) })
 	}
+	if follow != nil {
+		eg.Go(func() error { return follow.Run(ctx) })
+		eg.Go(func() error {
+			followInterface(ctx, follow, cfgs[0].Interface, instances)
+			return nil
+		})
+	}
 	return eg.Wait()
+}
+
+// followInterface moves the instances to the interface that holds the node's
+// address whenever that changes (an address moved onto a bridge).
+func followInterface(ctx context.Context, h *host.Host, current string, instances []*vrrp.Instance) {
+	for v := range h.Subscribe(ctx) {
+		if v.Interface == "" || v.Interface == current {
+			continue
+		}
+		current = v.Interface
+		for _, in := range instances {
+			in.SetInterface(current)
+		}
+	}
 }

@@ -52,7 +52,7 @@ func New(cfg *cluster.Config, opts Options, netnsPath string, log *slog.Logger) 
 // Resolve lists the links once and identifies the node, without watching:
 // for commands that only need to know where they run.
 func Resolve(cfg *cluster.Config, opts Options) (*View, error) {
-	h := New(cfg, opts, "", nil)
+	h := New(cfg, opts, "", slog.New(slog.DiscardHandler))
 	nl, closeNS, err := h.handle()
 	if err != nil {
 		return nil, err

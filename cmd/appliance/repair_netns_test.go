@@ -1,0 +1,154 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"appliance/internal/netlab"
+)
+
+// Namespace tests of what other programs do to the kernel state a VIP daemon
+// relies on (issue: NetworkManager, an operator with `ip`, OVN-Kubernetes
+// moving the node's address onto br-ex). Bounds are loose; `make bench`
+// measures the times.
+
+// holdsOn reports the interface of node n holding vip, or "".
+func holdsOn(t testing.TB, n *netlab.Node, vip netip.Addr) string {
+	t.Helper()
+	h, err := n.Handle()
+	if err != nil {
+		t.Fatalf("netlink handle in %s: %v", n.Name, err)
+	}
+	defer h.Close()
+	addrs, err := h.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatalf("%s: addresses: %v", n.Name, err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == vip {
+			if l, err := h.LinkByIndex(a.LinkIndex); err == nil {
+				return l.Attrs().Name
+			}
+			return "?"
+		}
+	}
+	return ""
+}
+
+// watchHolders polls until cond holds for the holder set (node index →
+// interface), failing the test after timeout; it also fails at once if two
+// nodes hold vip at any moment. It returns how long cond took.
+func watchHolders(t *testing.T, nodes []*netlab.Node, vip netip.Addr, timeout time.Duration, what string, cond func(map[int]string) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var got map[int]string
+	for time.Since(start) < timeout {
+		got = map[int]string{}
+		for _, n := range nodes {
+			if ifname := holdsOn(t, n, vip); ifname != "" {
+				got[n.Index] = ifname
+			}
+		}
+		if len(got) > 1 {
+			t.Fatalf("%s: two nodes hold %s at once: %v", what, vip, got)
+		}
+		if cond(got) {
+			return time.Since(start)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %s; holders %v", what, timeout, got)
+	return 0
+}
+
+func heldBy(node int, ifname string) func(map[int]string) bool {
+	return func(h map[int]string) bool { return len(h) == 1 && h[node] == ifname }
+}
+
+func TestVIPDeletedFromUnderTheMasterIsRestored(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipdel"})
+	procs := startCluster(t, lab, []int{100, 90})
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 500*time.Millisecond)
+
+	for round := range 3 {
+		runIn(t, lab.Nodes[0], "ip", "addr", "del", prefixOf(lab, labVIP), "dev", "eth0")
+		took := watchHolders(t, lab.Nodes, labVIP, 2*time.Second, "the VIP back on n0", heldBy(0, "eth0"))
+		t.Logf("round %d: VIP restored after %s", round, took.Round(time.Millisecond))
+	}
+	// It stays with n0 (n1 never took over meanwhile) and the repair was logged.
+	waitHolder(t, lab.Nodes, labVIP, 0, 2*time.Second, 500*time.Millisecond)
+	if out := procs["n0"].Output(); grepLines(out, "removed from under us; put back") == "" {
+		t.Errorf("no repair line in n0's log:\n%s", out)
+	}
+}
+
+func TestVIPMasterLosingItsAddressHandsOver(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipsrc"})
+	procs := startCluster(t, lab, []int{100, 90})
+	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 500*time.Millisecond)
+
+	// Deleting the primary address also deletes the VIP, its secondary.
+	own := lab.Nodes[0].IPv4.String()
+	runIn(t, lab.Nodes[0], "ip", "addr", "del", own, "dev", "eth0")
+	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "n1 holding the VIP", heldBy(1, "eth0"))
+	t.Logf("n1 held the VIP %s after n0 lost its address", took.Round(time.Millisecond))
+	waitHolder(t, lab.Nodes, labVIP, 1, 2*time.Second, 500*time.Millisecond)
+	if out := procs["n0"].Output(); grepLines(out, "FAULT") == "" {
+		t.Errorf("n0 did not report FAULT:\n%s", grepLines(out, "state"))
+	}
+
+	// The address is back: n0 rejoins and, with the higher priority, preempts.
+	runIn(t, lab.Nodes[0], "ip", "addr", "add", own, "dev", "eth0")
+	watchHolders(t, lab.Nodes, labVIP, 5*time.Second, "n0 holding the VIP again", heldBy(0, "eth0"))
+	waitHolder(t, lab.Nodes, labVIP, 0, 5*time.Second, 500*time.Millisecond)
+}
+
+// With no interface pinned, the node's address moving onto a new bridge (the
+// NIC becomes its port, as OVN-Kubernetes does with br-ex) moves the VRRP
+// instance with it.
+func TestVIPFollowsTheAddressOntoABridge(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipbrex"})
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	conf := fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
+network:
+  machineCIDR: %s
+  apiVIPs: [%s]
+nodes:
+  - {name: master-0, role: master, ips: [%s]}
+  - {name: master-1, role: master, ips: [%s]}
+vrrp: {advertInterval: 100ms}
+`, lab.Nodes[0].IPv4.Masked(), labVIP, lab.Nodes[0].IPv4.Addr(), lab.Nodes[1].IPv4.Addr())
+	cfgPath := writeFile(t, "appliance.yaml", conf)
+	for i, name := range []string{"master-0", "master-1"} {
+		procs[name] = startAppliance(t, lab.Nodes[i], "vip", "--config", cfgPath, "--node", name)
+	}
+	holder := waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, 500*time.Millisecond)
+	n1 := lab.Nodes[holder]
+	own := n1.IPv4.String()
+	runIn(t, n1, "ip", "link", "add", "br-ex", "type", "bridge")
+	runIn(t, n1, "ip", "link", "set", "eth0", "master", "br-ex")
+	runIn(t, n1, "ip", "addr", "del", own, "dev", "eth0")
+	runIn(t, n1, "ip", "addr", "add", own, "dev", "br-ex")
+	runIn(t, n1, "ip", "link", "set", "br-ex", "up")
+	// The mover has no address for a moment: the other node takes over.
+	other := 1 - holder
+	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "the other node holding the VIP", heldBy(other, "eth0"))
+	t.Logf("%s held the VIP %s after the move began", lab.Nodes[other].Name, took.Round(time.Millisecond))
+	// The mover rejoined on br-ex as a backup that hears the master: the
+	// VIP stays where it is...
+	time.Sleep(time.Second)
+	watchHolders(t, lab.Nodes, labVIP, time.Second, "the VIP staying put", heldBy(other, "eth0"))
+	// ...and when the master leaves, the mover takes over on br-ex.
+	procs[[]string{"master-0", "master-1"}[other]].Signal(syscall.SIGTERM)
+	took = watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "the mover holding the VIP on br-ex", heldBy(holder, "br-ex"))
+	t.Logf("%s took over on br-ex %s after the master left", n1.Name, took.Round(time.Millisecond))
+	if out := procs[[]string{"master-0", "master-1"}[holder]].Output(); grepLines(out, "moving to another interface") == "" {
+		t.Errorf("no move line in the mover's log:\n%s", out)
+	}
+}
