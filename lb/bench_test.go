@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -576,4 +577,97 @@ func rollingRestart(t *testing.T, fc *fakeCluster, addr string, allUp func() boo
 	cancel()
 	wg.Wait()
 	return rollResult{int(total.Load()), int(failed.Load())}
+}
+
+// TestBenchRedirectRepair measures how long VIPs refuse connections after
+// `nft flush ruleset` (what nftables.service does when it starts) in the
+// namespace of a running LB, with the watcher at its defaults:
+//
+//	BENCH_RUNS=15 go test -count=1 -tags bench -run '^TestBenchRedirectRepair$' -v ./lb/
+//
+// A client node connects to VIP:6443 every probeEvery; without the
+// redirect n0 refuses (no server of its own listens on 6443). The outage is
+// the time from the first refused connection to the next accepted one, so
+// it is exact to one probe period. The anchor is OpenShift's haproxy
+// monitor (baremetal-runtimecfg), which re-adds its PREROUTING rule once
+// per loop, sleeping --check-interval (6 s by default) between loops.
+func TestBenchRedirectRepair(t *testing.T) {
+	const probeEvery = time.Millisecond
+	runs := 11
+	if n, err := strconv.Atoi(os.Getenv("BENCH_RUNS")); err == nil && n > 0 {
+		runs = n
+	}
+	rl := newRedirectLab(t, "lbbrr", WatchOptions{}, false)
+	vip := netip.AddrPortFrom(rl.vips[0], 6443).String()
+
+	// The prober runs on one thread inside the client's namespace (every
+	// socket it opens is the client's) and reports each outage it sees.
+	type outage struct{ from, to time.Time }
+	outages := make(chan outage, 16)
+	stop := make(chan struct{})
+	probeDone := make(chan error, 1)
+	go func() {
+		probeDone <- rl.client.Do(func() error {
+			d := net.Dialer{Timeout: 200 * time.Millisecond}
+			var down time.Time
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				c, err := d.Dial("tcp", vip)
+				now := time.Now()
+				if err == nil {
+					_ = c.Close()
+					if !down.IsZero() {
+						outages <- outage{down, now}
+						down = time.Time{}
+					}
+				} else if down.IsZero() {
+					down = now
+				}
+				time.Sleep(probeEvery)
+			}
+		})
+	}()
+	defer func() {
+		close(stop)
+		if err := <-probeDone; err != nil {
+			t.Error(err)
+		}
+	}()
+
+	var gaps, sinceNft []time.Duration
+	for i := range runs {
+		time.Sleep(300 * time.Millisecond) // settled, and a few probes through the redirect
+		start := time.Now()
+		if _, err := rl.n0.Run(context.Background(), "nft", "flush", "ruleset"); err != nil {
+			t.Fatal(err)
+		}
+		returned := time.Now()
+		select {
+		case o := <-outages:
+			if o.from.Before(start) {
+				t.Fatalf("run %d: an outage began before the flush (%v)", i, start.Sub(o.from))
+			}
+			gaps = append(gaps, o.to.Sub(o.from))
+			sinceNft = append(sinceNft, o.to.Sub(returned))
+			t.Logf("run %d: refused for %v; answering %v after nft returned (nft took %v)", i,
+				o.to.Sub(o.from).Round(100*time.Microsecond), o.to.Sub(returned).Round(100*time.Microsecond),
+				returned.Sub(start).Round(100*time.Microsecond))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d: no outage ended within 10 s of the flush", i)
+		}
+	}
+	stats := func(ds []time.Duration) string {
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
+		return ms(s[0]) + " / " + ms(s[len(s)/2]) + " / " + ms(s[len(s)-1])
+	}
+	t.Logf("\n| after `nft flush ruleset` (%d runs, min / median / max, ms) | appliance | OpenShift haproxy monitor |\n|---|---|---|\n"+
+		"| VIP:6443 refuses connections for | %s | up to its loop period, --check-interval 6 s (not run here) |\n"+
+		"| nft has returned → VIP answers again | %s | |\n",
+		runs, stats(gaps), stats(sinceNft))
 }

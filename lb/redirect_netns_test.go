@@ -35,8 +35,10 @@ type redirectLab struct {
 }
 
 // newRedirectLab starts the LB in n0 (stopped when the test ends) and waits
-// for its redirect. watch tunes the redirect's watcher.
-func newRedirectLab(t testing.TB, name string, watch WatchOptions) *redirectLab {
+// for its redirect. watch tunes the redirect's watcher. With local, n0 also
+// runs a server of its own on :6443, which VIP clients reach while there is
+// no redirect; without, they are refused then.
+func newRedirectLab(t testing.TB, name string, watch WatchOptions, local bool) *redirectLab {
 	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: name, IPv6: netip.MustParsePrefix("fd00:127::/64")})
 	rl := &redirectLab{n0: lab.Nodes[0], client: lab.Nodes[2],
 		vips: []netip.Addr{netip.MustParseAddr("192.168.126.250"), netip.MustParseAddr("fd00:127::250")}}
@@ -67,8 +69,10 @@ func newRedirectLab(t testing.TB, name string, watch WatchOptions) *redirectLab 
 		Nodes:   []cluster.Node{{Name: rl.master.name, Role: cluster.RoleMaster, IPs: []netip.Addr{m.IPv4.Addr()}}},
 	}
 	listen0, dial0 := inNode(rl.n0)
-	if _, err := startFake(t, rl.ca, "local", ":6443", listen0); err != nil {
-		t.Fatal(err)
+	if local {
+		if _, err := startFake(t, rl.ca, "local", ":6443", listen0); err != nil {
+			t.Fatal(err)
+		}
 	}
 	o := DefaultOptions()
 	o.MCS.Disabled = true
@@ -159,7 +163,7 @@ func (rl *redirectLab) repairs(kind string) float64 {
 // purpose stays removed.
 func TestNetnsRedirectRepair(t *testing.T) {
 	// The periodic check is slowed down so that the monitor is what repairs.
-	rl := newRedirectLab(t, "lbfix", WatchOptions{Interval: time.Minute})
+	rl := newRedirectLab(t, "lbfix", WatchOptions{Interval: time.Minute}, true)
 	installed := normTable(rl.table())
 	t.Logf("installed:\n%s", installed)
 	rl.throughLB(t)
@@ -225,7 +229,7 @@ func TestNetnsRedirectRepair(t *testing.T) {
 // TestNetnsRedirectPeriodicCheck: with no monitor event to go by (the
 // monitor cannot tell a change it lost), the periodic check repairs.
 func TestNetnsRedirectPeriodicCheck(t *testing.T) {
-	rl := newRedirectLab(t, "lbchk", WatchOptions{Interval: 200 * time.Millisecond})
+	rl := newRedirectLab(t, "lbchk", WatchOptions{Interval: 200 * time.Millisecond}, false)
 	installed := normTable(rl.table())
 	// Deleting the table from the Redirector's own thread looks like our
 	// own batch to the monitor, so only the periodic check can see it.
