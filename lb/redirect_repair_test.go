@@ -1,8 +1,15 @@
 package lb
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -132,3 +139,108 @@ var errTest = testError("undecodable")
 type testError string
 
 func (e testError) Error() string { return string(e) }
+
+// lockedBuffer collects log lines from several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestWatchMonitorFailures: a monitor that cannot be opened, that reports
+// an overrun, or whose reader stops is logged and re-opened, each one
+// closed exactly once, and Watch returns only when ctx ends, with every
+// monitor closed.
+func TestWatchMonitorFailures(t *testing.T) {
+	r, err := NewRedirector("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var (
+		mu     sync.Mutex
+		opened int
+		closed []int
+	)
+	healthy := make(chan struct{})
+	fake := func(n int, events chan *nftables.MonitorEvents) *monitor {
+		return &monitor{events: events, close: func() {
+			mu.Lock()
+			closed = append(closed, n)
+			mu.Unlock()
+		}}
+	}
+	open := func() (*monitor, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		opened++
+		switch opened {
+		case 1:
+			return nil, errors.New("netlink: permission denied")
+		case 2: // the socket overran: the library reports it, then closes
+			ch := make(chan *nftables.MonitorEvents, 1)
+			oob := &nftables.MonitorEvent{Type: nftables.MonitorEventTypeOOB, Error: unix.ENOBUFS}
+			ch <- &nftables.MonitorEvents{GeneratedBy: oob, Changes: []*nftables.MonitorEvent{oob}}
+			close(ch)
+			return fake(2, ch), nil
+		case 3: // the reader ended without a word
+			ch := make(chan *nftables.MonitorEvents)
+			close(ch)
+			return fake(3, ch), nil
+		default:
+			if opened == 4 {
+				close(healthy)
+			}
+			return fake(opened, make(chan *nftables.MonitorEvents)), nil
+		}
+	}
+	var logs lockedBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- r.Watch(ctx, WatchOptions{
+			MinBackoff: time.Millisecond, MaxBackoff: 4 * time.Millisecond,
+			Log:         slog.New(slog.NewTextHandler(&logs, nil)),
+			openMonitor: open,
+		})
+	}()
+	select {
+	case <-healthy:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the monitor was not re-opened after its failures")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Watch returned before ctx ended: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if opened != 4 || !slices.Equal(closed, []int{2, 3, 4}) {
+		t.Errorf("opened %d monitors, closed %v; want 4, closed [2 3 4]", opened, closed)
+	}
+	out := logs.String()
+	for _, want := range []string{"permission denied", "no buffer space available", "monitor stopped"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "nftables monitor failed"); n != 3 {
+		t.Errorf("%d failure lines, want 3:\n%s", n, out)
+	}
+}

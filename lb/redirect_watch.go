@@ -21,6 +21,10 @@ type WatchOptions struct {
 	Log *slog.Logger
 	// OnRepair is told of each repair once it is made (counters, /status).
 	OnRepair func(RedirectRepair)
+
+	// openMonitor replaces Redirector.openMonitor in tests that make the
+	// monitor fail.
+	openMonitor func() (*monitor, error)
 }
 
 func (o *WatchOptions) fill() {
@@ -54,6 +58,9 @@ const (
 // closed the monitor and awaited its goroutine; it must end before Close.
 func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 	o.fill()
+	if o.openMonitor == nil {
+		o.openMonitor = r.openMonitor
+	}
 	check := func(trigger string) {
 		rep, err := r.Check(trigger)
 		if rep != nil {
@@ -102,7 +109,7 @@ func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 		case <-ctx.Done():
 			return nil
 		case <-reopen.C:
-			m, err := r.openMonitor()
+			m, err := o.openMonitor()
 			if err != nil {
 				fail(err)
 				continue
@@ -130,12 +137,11 @@ func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 	}
 }
 
-// monitor is one open nftables monitor and the lasting connection it
-// reads from.
+// monitor is one open nftables monitor: its transactions, and what stops
+// it and waits for its reader.
 type monitor struct {
-	conn   *nftables.Conn
-	mon    *nftables.Monitor
 	events <-chan *nftables.MonitorEvents
+	close  func()
 }
 
 // openMonitor subscribes to the nftables events of the Redirector's
@@ -160,17 +166,15 @@ func (r *Redirector) openMonitor() (*monitor, error) {
 		_ = c.CloseLasting()
 		return nil, fmt.Errorf("lb: nftables monitor: %w", err)
 	}
-	return &monitor{conn: c, mon: m, events: ch}, nil
-}
-
-// close stops the monitor and waits for its reader: closing the socket
-// ends the reader's receive, and draining lets it finish a send it may be
-// blocked in, after which it closes the channel.
-func (m *monitor) close() {
-	_ = m.mon.Close()
-	_ = m.conn.CloseLasting()
-	for range m.events {
+	// Closing the socket ends the reader's receive; draining lets it finish
+	// a send it may be blocked in, after which it closes the channel.
+	stop := func() {
+		_ = m.Close()
+		_ = c.CloseLasting()
+		for range ch {
+		}
 	}
+	return &monitor{events: ch, close: stop}, nil
 }
 
 // concerns reports whether a transaction touched our table and was not
