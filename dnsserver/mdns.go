@@ -2,24 +2,21 @@ package dnsserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
-	"golang.org/x/sys/unix"
+	"golang.org/x/sync/errgroup"
 
 	"appliance/internal/cluster"
+	"appliance/internal/host"
 )
 
 // mDNS constants (RFC 6762, RFC 6763).
@@ -39,20 +36,35 @@ var (
 	mdnsGroup6 = &net.UDPAddr{IP: net.ParseIP("ff02::fb"), Port: mdnsPort}
 )
 
+// ViewSource tells mDNS who this node is and where its addresses are, now
+// and whenever that changes. *host.Host is one; tests feed views of their own.
+type ViewSource interface {
+	View() *host.View
+	Subscribe(ctx context.Context) <-chan *host.View
+}
+
 // MDNSOptions configures multicast DNS publishing and browsing.
 type MDNSOptions struct {
 	Enabled bool
-	// Interface to publish and browse on; default network.interface, else
-	// the interface holding an address in network.machineCIDRs.
+	// Host is where the node's name, role, interface and addresses come
+	// from, followed at runtime. nil: MDNS runs a host.Host of its own,
+	// with Interface, Node and Role below as its options.
+	Host ViewSource
+	// Interface pins the interface to publish and browse on (only without
+	// Host); default network.interface, else wherever the node's addresses
+	// in network.machineCIDRs are.
 	Interface string
-	// Node is this node's name; default the configured node owning one of the
-	// interface's addresses, else the short host name.
+	// Node is this node's name (only without Host); default the configured
+	// node owning a local address, else the short host name.
 	Node string
-	// Role is published in the TXT record; default the configured node's role.
+	// Role of a node that is not in the config (only without Host).
 	Role cluster.Role
 	// TTL of published records; a node silent for a TTL is dropped.
 	// Default DefaultMDNSTTL.
 	TTL time.Duration
+	// NetNS is the path of the network namespace the sockets are opened in
+	// (and that the own Host watches); "" is the process's own.
+	NetNS string
 }
 
 func (o *MDNSOptions) check() error {
@@ -65,23 +77,31 @@ func (o *MDNSOptions) check() error {
 // MDNS publishes this node (A/AAAA for <node>.local and an _appliance._udp
 // service instance whose TXT carries cluster, role and node name) and
 // browses for the other nodes of the same cluster, feeding them into State
-// as SourceMDNS members that expire after their TTL.
+// as SourceMDNS members that expire after their TTL. It publishes only the
+// node's own addresses (never a VIP), follows them to another interface at
+// runtime, and refuses announcements that contradict what the config, the
+// Kubernetes API or this node know.
 type MDNS struct {
-	cfg   *cluster.Config
-	state *cluster.State
-	opts  MDNSOptions
-	log   *slog.Logger
-	m     *metrics
-
+	cfg    *cluster.Config
+	state  *cluster.State
+	opts   MDNSOptions
+	log    *slog.Logger
+	m      *metrics
 	domain string // cluster domain, e.g. "ocp4.example.com"
-	ifi    *net.Interface
-	addrs  []netip.Addr
-	c4     *ipv4.PacketConn
-	c6     *ipv6.PacketConn
+	// listen opens a socket; a seam for tests.
+	listen func(fam int, ifi *net.Interface) (mconn, error)
+
+	self atomic.Pointer[host.View] // what is published; nil before the first view
+	kick chan struct{}             // a socket (re)opened: ask and announce
 
 	mu      sync.Mutex
+	bound   binding
+	rebound chan struct{} // closed and replaced when bound changes
+	conns   [2]mconn      // by family; nil while not open
+	closed  bool          // Run is ending: open nothing more
 	known   map[string]*peer // by member name
 	waiters map[*waiter]struct{}
+	refused []RefusedClaim
 }
 
 // waiter is a pending Resolve.
@@ -96,7 +116,7 @@ type peer struct {
 	expires time.Time
 }
 
-// NewMDNS prepares mDNS for cfg's cluster; Open binds its sockets.
+// NewMDNS prepares mDNS for cfg's cluster; Run binds its sockets.
 func NewMDNS(cfg *cluster.Config, state *cluster.State, opts MDNSOptions, log *slog.Logger) (*MDNS, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -105,138 +125,69 @@ func NewMDNS(cfg *cluster.Config, state *cluster.State, opts MDNSOptions, log *s
 		opts.TTL = DefaultMDNSTTL
 	}
 	return &MDNS{cfg: cfg, state: state, opts: opts, log: log.With("component", "mdns"), m: newMetrics(),
-		domain: strings.TrimSuffix(cfg.Cluster.Domain(), "."), known: map[string]*peer{}, waiters: map[*waiter]struct{}{}}, nil
-}
-
-// Open finds the interface and this node's identity and binds the mDNS
-// sockets in the caller's network namespace (call it inside netlab's Do in
-// tests).
-func (d *MDNS) Open() error {
-	ifaces, err := cluster.LocalInterfaces()
-	if err != nil {
-		return fmt.Errorf("dns: mdns: %w", err)
-	}
-	name := d.opts.Interface
-	if name == "" {
-		name = d.cfg.Network.Interface
-	}
-	for _, li := range ifaces {
-		match := li.Name == name
-		if name == "" {
-			for _, p := range li.Addrs {
-				if _, ok := d.cfg.Network.PrefixFor(p.Addr()); ok {
-					match = true
-				}
-			}
-		}
-		if match {
-			name = li.Name
-			d.addrs = d.addrs[:0]
-			for _, p := range li.Addrs {
-				if a := p.Addr(); !a.IsLinkLocalUnicast() && !a.IsLoopback() {
-					d.addrs = append(d.addrs, a.Unmap())
-				}
-			}
-			break
-		}
-	}
-	if name == "" {
-		return errors.New("dns: mdns: no interface holds an address in network.machineCIDRs; set network.interface")
-	}
-	if d.ifi, err = net.InterfaceByName(name); err != nil {
-		return fmt.Errorf("dns: mdns: interface %s: %w", name, err)
-	}
-	if d.opts.Node == "" {
-		for _, a := range d.addrs {
-			if n, ok := d.cfg.NodeByAddr(a); ok {
-				d.opts.Node = n.Name
-				break
-			}
-		}
-	}
-	if d.opts.Node == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("dns: mdns: node name: %w; set it explicitly", err)
-		}
-		d.opts.Node, _, _ = strings.Cut(h, ".")
-	}
-	if d.opts.Role == "" {
-		if n, ok := d.cfg.NodeByName(d.opts.Node); ok {
-			d.opts.Role = n.Role
-		}
-	}
-	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) {
-			// Share 5353 with avahi or another responder on the host.
-			serr = errors.Join(unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1),
-				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1))
-		})
-		return errors.Join(err, serr)
-	}}
-	pc, err := lc.ListenPacket(context.Background(), "udp4", fmt.Sprintf("0.0.0.0:%d", mdnsPort))
-	if err != nil {
-		return fmt.Errorf("dns: mdns: listen udp4 :%d: %w", mdnsPort, err)
-	}
-	c4 := ipv4.NewPacketConn(pc)
-	if err := errors.Join(c4.JoinGroup(d.ifi, mdnsGroup4), c4.SetMulticastInterface(d.ifi),
-		c4.SetMulticastTTL(255), c4.SetMulticastLoopback(false), c4.SetControlMessage(ipv4.FlagInterface, true)); err != nil {
-		pc.Close()
-		return fmt.Errorf("dns: mdns: join %v on %s: %w", mdnsGroup4.IP, name, err)
-	}
-	d.c4 = c4
-	// IPv6 is best effort: the interface may have no IPv6 at all.
-	if pc6, err := lc.ListenPacket(context.Background(), "udp6", fmt.Sprintf("[::]:%d", mdnsPort)); err == nil {
-		c6 := ipv6.NewPacketConn(pc6)
-		if err := errors.Join(c6.JoinGroup(d.ifi, mdnsGroup6), c6.SetMulticastInterface(d.ifi),
-			c6.SetMulticastHopLimit(255), c6.SetMulticastLoopback(false), c6.SetControlMessage(ipv6.FlagInterface, true)); err != nil {
-			pc6.Close()
-			d.log.Warn("no IPv6 mDNS", "interface", name, "err", err)
-		} else {
-			d.c6 = c6
-		}
-	}
-	d.log.Info("mdns open", "interface", name, "node", d.opts.Node, "role", d.opts.Role, "addrs", d.addrs, "ipv6", d.c6 != nil)
-	return nil
+		domain: strings.TrimSuffix(cfg.Cluster.Domain(), "."), listen: listenMDNS,
+		kick: make(chan struct{}, 1), rebound: make(chan struct{}),
+		known: map[string]*peer{}, waiters: map[*waiter]struct{}{}}, nil
 }
 
 // Run announces, answers and browses until ctx ends, then says goodbye
-// (TTL 0) so peers drop this node at once, and closes the sockets.
+// (TTL 0) so peers drop this node at once, and closes the sockets. Every
+// goroutine it starts has ended when it returns. It fails only when its own
+// Host fails to identify the node.
 func (d *MDNS) Run(ctx context.Context) error {
-	if d.c4 == nil {
-		if err := d.Open(); err != nil {
-			return err
-		}
+	eg, ctx := errgroup.WithContext(ctx)
+	src := d.opts.Host
+	if src == nil {
+		h := host.New(d.cfg, host.Options{Node: d.opts.Node, Role: d.opts.Role, Interface: d.opts.Interface}, d.opts.NetNS, d.log)
+		eg.Go(func() error { return h.Run(ctx) })
+		src = h
 	}
-	defer func() {
-		d.send(d.records(0), nil)
-		d.c4.Close()
-		if d.c6 != nil {
-			d.c6.Close()
-		}
-	}()
-	go d.read4()
-	if d.c6 != nil {
-		go d.read6()
+	views := src.Subscribe(ctx)
+	for fam := range d.conns {
+		eg.Go(func() error { return d.serveFamily(ctx, fam) })
 	}
-	// Ask once so a fresh node learns the others without waiting for their
-	// next announcement.
-	q := new(dns.Msg)
-	q.SetQuestion(MDNSService, dns.TypePTR)
-	q.RecursionDesired = false
-	d.sendMsg(q, nil)
+	eg.Go(func() error { return d.loop(ctx, views) })
+	return eg.Wait()
+}
 
+// loop follows the node's view and keeps announcing until ctx ends.
+func (d *MDNS) loop(ctx context.Context, views <-chan *host.View) error {
 	every := d.opts.TTL / 3
 	announce := time.NewTicker(every)
 	defer announce.Stop()
 	sweep := time.NewTicker(min(time.Second, every))
 	defer sweep.Stop()
-	d.announce()
+	// Announce twice after a change, a second apart (RFC 6762 8.3), in
+	// case the first is lost.
+	again := time.NewTimer(time.Hour)
+	again.Stop()
+	defer again.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			d.sendMsg(d.message(d.records(0)), nil)
+			d.closeAll()
 			return nil
+		case v, ok := <-views:
+			if !ok {
+				views = nil // ctx is ending
+				continue
+			}
+			if d.apply(v) {
+				d.announce()
+				again.Reset(time.Second)
+			}
+		case <-d.kick:
+			// Ask once so a fresh socket learns the others without
+			// waiting for their next announcement.
+			q := new(dns.Msg)
+			q.SetQuestion(MDNSService, dns.TypePTR)
+			q.RecursionDesired = false
+			d.sendMsg(q, nil)
+			d.announce()
+			again.Reset(time.Second)
+		case <-again.C:
+			d.announce()
 		case <-announce.C:
 			d.announce()
 		case now := <-sweep.C:
@@ -245,16 +196,52 @@ func (d *MDNS) Run(ctx context.Context) error {
 	}
 }
 
-func (d *MDNS) instance() string {
-	// The cluster name keeps two clusters' "master-0" instances apart.
-	return fmt.Sprintf("%s-%s.%s", d.cfg.Cluster.Name, d.opts.Node, MDNSService)
+// apply takes a new view of the node. It re-binds the sockets when the
+// interface changed (they announce once open) and reports whether the
+// published records changed on the same interface, to be announced now.
+func (d *MDNS) apply(v *host.View) bool {
+	old := d.self.Swap(v)
+	if v.Problem != "" {
+		d.log.Warn("node not usable for mDNS", "problem", v.Problem)
+	}
+	cur, _ := d.currentBinding()
+	if v.Interface != cur.name || v.Index != cur.index {
+		if cur.index != 0 || v.Index != 0 {
+			d.log.Info("mdns follows the node's addresses", "interface", v.Interface, "was", cur.name, "addrs", v.Prefixes)
+		}
+		if cur.index != 0 {
+			d.m.mdnsRebinds.Inc()
+		}
+		d.rebind(v.Interface, v.Index)
+		return false
+	}
+	return old == nil || old.Name != v.Name || old.Role != v.Role || !slices.Equal(old.Prefixes, v.Prefixes)
 }
 
-func (d *MDNS) host() string { return dns.CanonicalName(d.opts.Node + ".local") }
+// opened tells the loop that a socket has just been opened.
+func (d *MDNS) opened() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
 
-// records are this node's published records with the given TTL (seconds).
+func (d *MDNS) instance(node string) string {
+	// The cluster name keeps two clusters' "master-0" instances apart.
+	return fmt.Sprintf("%s-%s.%s", d.cfg.Cluster.Name, node, MDNSService)
+}
+
+func hostName(node string) string { return dns.CanonicalName(node + ".local") }
+
+// records are this node's published records with the given TTL (seconds):
+// none before the node is known, and only its own addresses (the view never
+// holds a VIP).
 func (d *MDNS) records(ttl uint32) []dns.RR {
-	inst, host := d.instance(), d.host()
+	v := d.self.Load()
+	if v == nil || v.Name == "" {
+		return nil
+	}
+	inst, host := d.instance(v.Name), hostName(v.Name)
 	hdr := func(name string, t uint16, flush bool) dns.RR_Header {
 		class := uint16(dns.ClassINET)
 		if flush {
@@ -266,9 +253,9 @@ func (d *MDNS) records(ttl uint32) []dns.RR {
 		&dns.PTR{Hdr: hdr(MDNSService, dns.TypePTR, false), Ptr: inst},
 		&dns.SRV{Hdr: hdr(inst, dns.TypeSRV, true), Port: 53, Target: host},
 		&dns.TXT{Hdr: hdr(inst, dns.TypeTXT, true), Txt: []string{
-			"cluster=" + d.domain, "role=" + string(d.opts.Role), "node=" + d.opts.Node}},
+			"cluster=" + d.domain, "role=" + string(v.Role), "node=" + v.Name}},
 	}
-	for _, a := range d.addrs {
+	for _, a := range v.Addrs() {
 		if a.Is4() {
 			rrs = append(rrs, &dns.A{Hdr: hdr(host, dns.TypeA, true), A: a.AsSlice()})
 		} else {
@@ -280,83 +267,91 @@ func (d *MDNS) records(ttl uint32) []dns.RR {
 
 func (d *MDNS) ttlSeconds() uint32 { return uint32(d.opts.TTL / time.Second) }
 
-func (d *MDNS) announce() { d.send(d.records(d.ttlSeconds()), nil) }
+// announce multicasts this node's records, once it has an address to give.
+func (d *MDNS) announce() {
+	if v := d.self.Load(); v == nil || len(v.Prefixes) == 0 {
+		return
+	}
+	d.sendMsg(d.message(d.records(d.ttlSeconds())), nil)
+}
 
-// send multicasts rrs as an unsolicited response, or unicasts to dst.
-func (d *MDNS) send(rrs []dns.RR, dst net.Addr) {
+// message is an unsolicited response carrying rrs; nil when there are none.
+func (d *MDNS) message(rrs []dns.RR) *dns.Msg {
+	if len(rrs) == 0 {
+		return nil
+	}
 	m := new(dns.Msg)
 	m.Response, m.Authoritative = true, true
 	m.Answer = rrs
-	d.sendMsg(m, dst)
+	return m
 }
 
+// sendMsg multicasts m on every open socket, or unicasts it to dst. A send
+// that fails is logged at debug level: the socket's reader notices a broken
+// socket, and a lost datagram is mDNS's normal weather.
 func (d *MDNS) sendMsg(m *dns.Msg, dst net.Addr) {
+	if m == nil {
+		return
+	}
 	b, err := m.Pack()
 	if err != nil {
 		d.log.Warn("pack", "err", err)
 		return
 	}
+	c4, c6 := d.conn(fam4), d.conn(fam6)
+	if c4 == nil && c6 == nil {
+		return
+	}
 	d.m.mdnsSent.Inc()
 	if dst != nil {
-		if ua, ok := dst.(*net.UDPAddr); ok && ua.IP.To4() == nil && d.c6 != nil {
-			_, err = d.c6.WriteTo(b, nil, dst)
-		} else {
-			_, err = d.c4.WriteTo(b, nil, dst)
+		c := c4
+		if ua, ok := dst.(*net.UDPAddr); ok && ua.IP.To4() == nil {
+			c = c6
 		}
-		if err != nil {
+		if c == nil {
+			return
+		}
+		if err := c.WriteTo(b, dst); err != nil {
 			d.log.Debug("send", "to", dst, "err", err)
 		}
 		return
 	}
-	if _, err := d.c4.WriteTo(b, nil, mdnsGroup4); err != nil {
-		d.log.Debug("send", "to", mdnsGroup4, "err", err)
+	if c4 != nil {
+		if err := c4.WriteTo(b, mdnsGroup4); err != nil {
+			d.log.Debug("send", "to", mdnsGroup4, "err", err)
+		}
 	}
-	if d.c6 != nil {
-		if _, err := d.c6.WriteTo(b, nil, mdnsGroup6); err != nil {
+	if c6 != nil {
+		if err := c6.WriteTo(b, mdnsGroup6); err != nil {
 			d.log.Debug("send", "to", mdnsGroup6, "err", err)
 		}
 	}
 }
 
-func (d *MDNS) read4() {
-	buf := make([]byte, 9000)
-	for {
-		n, cm, src, err := d.c4.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		if cm != nil && cm.IfIndex != d.ifi.Index {
-			continue
-		}
-		d.handle(buf[:n], src)
-	}
-}
-
-func (d *MDNS) read6() {
-	buf := make([]byte, 9000)
-	for {
-		n, cm, src, err := d.c6.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		if cm != nil && cm.IfIndex != d.ifi.Index {
-			continue
-		}
-		d.handle(buf[:n], src)
-	}
-}
-
+// handle is one packet from the link. A malformed one is counted and
+// dropped.
 func (d *MDNS) handle(b []byte, src net.Addr) {
 	m := new(dns.Msg)
 	if err := m.Unpack(b); err != nil {
+		d.m.mdnsMalformed.Inc()
 		return
 	}
 	if m.Response {
 		d.deliver(m)
-		d.learn(parseAnnouncement(m, d.domain), time.Now())
+		d.learn(parseAnnouncement(m, d.domain), srcAddr(src), time.Now())
 		return
 	}
 	d.answer(m, src)
+}
+
+// srcAddr is a packet's source address without port and zone.
+func srcAddr(src net.Addr) netip.Addr {
+	if ua, ok := src.(*net.UDPAddr); ok {
+		if a, ok := netip.AddrFromSlice(ua.IP); ok {
+			return a.Unmap()
+		}
+	}
+	return netip.Addr{}
 }
 
 // answer responds to questions about this node. A query from a port other
@@ -364,6 +359,9 @@ func (d *MDNS) handle(b []byte, src net.Addr) {
 // unicast reply with its ID and question, and TTLs of at most 10 s.
 func (d *MDNS) answer(q *dns.Msg, src net.Addr) {
 	own := d.records(d.ttlSeconds())
+	if len(own) == 0 {
+		return // nothing published yet
+	}
 	var ans []dns.RR
 	for _, qu := range q.Question {
 		name := strings.ToLower(qu.Name)
@@ -400,7 +398,7 @@ func (d *MDNS) answer(q *dns.Msg, src net.Addr) {
 	if slices.ContainsFunc(ans, func(rr dns.RR) bool { return rr.Header().Rrtype == dns.TypePTR && rr.Header().Name == MDNSService }) {
 		ans = own
 	}
-	d.send(ans, nil)
+	d.sendMsg(d.message(ans), nil)
 }
 
 // announcement is one node as described by an mDNS response.
@@ -475,15 +473,15 @@ func parseAnnouncement(m *dns.Msg, domain string) []announcement {
 	return out
 }
 
-// learn applies announcements: upserts members (keeping addresses already
-// known when a packet carries none) and drops those saying goodbye.
-func (d *MDNS) learn(anns []announcement, now time.Time) {
+// learn applies announcements heard from src: upserts the members nobody
+// else knows (keeping addresses already known when a packet carries none),
+// refuses those that contradict what is known, and drops those saying
+// goodbye.
+func (d *MDNS) learn(anns []announcement, src netip.Addr, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	self := d.self.Load()
 	for _, a := range anns {
-		if a.member.Name == d.opts.Node {
-			continue
-		}
 		if a.ttl == 0 {
 			if _, ok := d.known[a.member.Name]; ok {
 				delete(d.known, a.member.Name)
@@ -492,11 +490,19 @@ func (d *MDNS) learn(anns []announcement, now time.Time) {
 			}
 			continue
 		}
+		v := judgeClaim(a.member, d.state.Snapshot(), d.cfg, self)
+		switch v.Outcome {
+		case claimKnown:
+			continue
+		case claimRefused:
+			d.refuse(a.member, src, v, now)
+			continue
+		}
 		p, ok := d.known[a.member.Name]
 		if !ok {
 			p = &peer{}
 			d.known[a.member.Name] = p
-			d.log.Info("member found", "node", a.member.Name, "role", a.member.Role, "addrs", a.member.IPs)
+			d.log.Info("member found", "node", a.member.Name, "role", a.member.Role, "addrs", a.member.IPs, "from", src)
 		}
 		if len(a.member.IPs) == 0 {
 			a.member.IPs = p.member.IPs
@@ -506,6 +512,52 @@ func (d *MDNS) learn(anns []announcement, now time.Time) {
 		d.state.UpsertMember(a.member)
 	}
 	d.m.members.Set(float64(len(d.known)))
+}
+
+// refuse counts and records a refused claim, and logs it unless the same
+// claim was logged within refusedLogEvery. Called with d.mu held.
+func (d *MDNS) refuse(m cluster.Member, src netip.Addr, v claimVerdict, now time.Time) {
+	d.m.refused(v.Reason).Inc()
+	var log bool
+	d.refused, log = recordRefused(d.refused, RefusedClaim{From: src, Node: m.Name, Addrs: slices.Clone(m.IPs), Reason: v.Reason, Detail: v.Detail}, now)
+	if log {
+		d.log.Warn("mdns claim refused", "from", src, "node", m.Name, "addrs", m.IPs, "reason", v.Reason, "detail", v.Detail)
+	}
+}
+
+// MDNSStatus is mDNS's part of the DNS service's /status.
+type MDNSStatus struct {
+	Node      string       `json:"node"`
+	Interface string       `json:"interface"`
+	Addrs     []netip.Addr `json:"addrs"`
+	Problem   string       `json:"problem,omitempty"`
+	// Sockets lists the families whose socket is open.
+	Sockets []string `json:"sockets"`
+	// Members are the nodes known through mDNS only.
+	Members []string `json:"members"`
+	// RefusedClaims are the most recent announcements not believed.
+	RefusedClaims []RefusedClaim `json:"refusedClaims"`
+}
+
+// Status reports what mDNS publishes and has refused.
+func (d *MDNS) Status() MDNSStatus {
+	var st MDNSStatus
+	if v := d.self.Load(); v != nil {
+		st.Node, st.Interface, st.Addrs, st.Problem = v.Name, v.Interface, v.Addrs(), v.Problem
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for fam, c := range d.conns {
+		if c != nil {
+			st.Sockets = append(st.Sockets, famNames[fam])
+		}
+	}
+	for name := range d.known {
+		st.Members = append(st.Members, name)
+	}
+	slices.Sort(st.Members)
+	st.RefusedClaims = slices.Clone(d.refused)
+	return st
 }
 
 // expire drops members silent for longer than their TTL.
@@ -528,7 +580,7 @@ func (d *MDNS) expire(now time.Time) {
 // when ctx ends or after a second.
 func (d *MDNS) Resolve(ctx context.Context, name string, qtype uint16) ([]dns.RR, error) {
 	name = dns.CanonicalName(name)
-	if name == d.host() {
+	if v := d.self.Load(); v != nil && name == hostName(v.Name) {
 		var out []dns.RR
 		for _, rr := range d.records(d.ttlSeconds()) {
 			if h := rr.Header(); h.Name == name && (h.Rrtype == qtype || qtype == dns.TypeANY) {

@@ -44,7 +44,7 @@ func startMDNSNode(t *testing.T, n *netlab.Node, clusterName, nodeName string, t
 	state := cluster.NewState(cfg)
 	srv, err := New(cfg, state, Options{
 		Listen: netip.AddrPortFrom(n.IPv4.Addr(), 53).String(),
-		MDNS:   MDNSOptions{Enabled: true, Node: nodeName, Role: cluster.RoleMaster, TTL: ttl},
+		MDNS:   MDNSOptions{Enabled: true, Node: nodeName, Role: cluster.RoleMaster, TTL: ttl, NetNS: nsPath(n)},
 	}, testLogger(t).With("node", nodeName))
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +59,9 @@ func startMDNSNode(t *testing.T, n *netlab.Node, clusterName, nodeName string, t
 	t.Cleanup(m.stop)
 	return m
 }
+
+// nsPath is the path of a lab node's network namespace.
+func nsPath(n *netlab.Node) string { return filepath.Join("/run/netns", n.NS) }
 
 func (m *mdnsNode) stop() {
 	if m.cancel != nil {

@@ -28,6 +28,12 @@ type metrics struct {
 	changes   prometheus.Counter
 	members   prometheus.Gauge
 	mdnsSent  prometheus.Counter
+
+	mdnsRefused      *prometheus.CounterVec
+	mdnsRefusedBy    map[string]prometheus.Counter
+	mdnsSocketErrors *prometheus.CounterVec
+	mdnsRebinds      prometheus.Counter
+	mdnsMalformed    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -65,6 +71,26 @@ func newMetrics() *metrics {
 			Name: "appliance_dns_mdns_announcements_total",
 			Help: "mDNS announcements and responses sent.",
 		}),
+		mdnsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dns_mdns_refused_claims_total",
+			Help: "mDNS announcements refused, by reason: name (a known node's name with other addresses), address (a known node's address under another name), outside (an address outside the machine networks), vip (a VIP).",
+		}, []string{"reason"}),
+		mdnsSocketErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dns_mdns_socket_errors_total",
+			Help: "mDNS sockets that failed to open or to read, by family and operation; each is opened again.",
+		}, []string{"family", "op"}),
+		mdnsRebinds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_mdns_rebinds_total",
+			Help: "Times mDNS moved its sockets to another interface, following the node's addresses.",
+		}),
+		mdnsMalformed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_mdns_malformed_total",
+			Help: "mDNS packets dropped because they did not parse.",
+		}),
+	}
+	m.mdnsRefusedBy = map[string]prometheus.Counter{}
+	for _, r := range refuseReasons {
+		m.mdnsRefusedBy[r] = m.mdnsRefused.WithLabelValues(r)
 	}
 	for i, proto := range []string{"udp", "tcp"} {
 		for _, t := range metricQtypes {
@@ -106,7 +132,8 @@ func (m *metrics) response(rcode int) prometheus.Counter {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.members, m.mdnsSent}
+	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.members, m.mdnsSent,
+		m.mdnsRefused, m.mdnsSocketErrors, m.mdnsRebinds, m.mdnsMalformed}
 }
 
 // answer counts one cluster plugin outcome.
@@ -114,4 +141,12 @@ func (m *metrics) answer(result string) {
 	if c, ok := m.answerBy[result]; ok {
 		c.Inc()
 	}
+}
+
+// refused is the counter of refused mDNS claims for reason.
+func (m *metrics) refused(reason string) prometheus.Counter {
+	if c, ok := m.mdnsRefusedBy[reason]; ok {
+		return c
+	}
+	return m.mdnsRefused.WithLabelValues(reason)
 }

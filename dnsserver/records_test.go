@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"appliance/internal/cluster"
+	"appliance/internal/host"
 )
 
 func TestLookup(t *testing.T) {
@@ -111,7 +112,8 @@ func FuzzAnnouncement(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	d.addrs = []netip.Addr{netip.MustParseAddr("192.168.126.10"), netip.MustParseAddr("fd00::10")}
+	d.self.Store(&host.View{Name: "master-0", Role: cluster.RoleMaster,
+		Prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.126.10/24"), netip.MustParsePrefix("fd00::10/64")}})
 	m := new(dns.Msg)
 	m.Response = true
 	m.Answer = d.records(5)
@@ -139,11 +141,12 @@ func TestParseAnnouncement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.addrs = []netip.Addr{netip.MustParseAddr("192.168.126.10"), netip.MustParseAddr("fd00::10")}
+	d.self.Store(&host.View{Name: "master-0", Role: cluster.RoleMaster,
+		Prefixes: []netip.Prefix{netip.MustParsePrefix("192.168.126.10/24"), netip.MustParsePrefix("fd00::10/64")}})
 	m := &dns.Msg{Answer: d.records(5)}
 	got := parseAnnouncement(m, "OCP4.example.com")
 	if len(got) != 1 || got[0].member.Name != "master-0" || got[0].member.Role != cluster.RoleMaster ||
-		!slices.Equal(got[0].member.IPs, d.addrs) || got[0].ttl != 5*time.Second {
+		!slices.Equal(got[0].member.IPs, d.self.Load().Addrs()) || got[0].ttl != 5*time.Second {
 		t.Fatalf("parsed %+v", got)
 	}
 	if got := parseAnnouncement(m, "other.example.com"); len(got) != 0 {

@@ -163,8 +163,10 @@ func (s *Server) Ready() error {
 	return nil
 }
 
-// Start opens the listeners (and the mDNS sockets) in the caller's network
-// namespace and begins serving. Run calls it when it has not been called.
+// Start opens the listeners in the caller's network namespace and begins
+// serving. Run calls it when it has not been called. (mDNS opens its sockets
+// in Run, in MDNSOptions.NetNS, as it re-opens them when the node's
+// interface changes.)
 func (s *Server) Start() error {
 	s.mu.Lock()
 	started := s.started
@@ -175,11 +177,6 @@ func (s *Server) Start() error {
 	ups, err := s.currentUpstreams()
 	if err != nil {
 		return err
-	}
-	if s.mdns != nil {
-		if err := s.mdns.Open(); err != nil {
-			return err
-		}
 	}
 	s.id = registerInstance(s)
 	if err := s.start(ups); err != nil {
@@ -368,6 +365,7 @@ type Status struct {
 	Zone      string           `json:"zone"`
 	Upstreams []netip.AddrPort `json:"upstreams"`
 	Serving   bool             `json:"serving"`
+	MDNS      *MDNSStatus      `json:"mdns,omitempty"`
 }
 
 // Status reports what the server does right now.
@@ -377,5 +375,10 @@ func (s *Server) Status() Status {
 	if udp != nil {
 		listen = udp.String()
 	}
-	return Status{Listen: listen, Zone: s.zone.zone, Upstreams: s.Upstreams(), Serving: udp != nil}
+	st := Status{Listen: listen, Zone: s.zone.zone, Upstreams: s.Upstreams(), Serving: udp != nil}
+	if s.mdns != nil {
+		m := s.mdns.Status()
+		st.MDNS = &m
+	}
+	return st
 }
