@@ -96,9 +96,9 @@ type MDNS struct {
 
 	mu      sync.Mutex
 	bound   binding
-	rebound chan struct{} // closed and replaced when bound changes
-	conns   [2]mconn      // by family; nil while not open
-	closed  bool          // Run is ending: open nothing more
+	rebound chan struct{}    // closed and replaced when bound changes
+	conns   [2]mconn         // by family; nil while not open
+	closed  bool             // Run is ending: open nothing more
 	known   map[string]*peer // by member name
 	waiters map[*waiter]struct{}
 	refused []RefusedClaim
