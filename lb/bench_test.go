@@ -588,7 +588,8 @@ func rollingRestart(t *testing.T, fc *fakeCluster, addr string, allUp func() boo
 // A client node connects to VIP:6443 every probeEvery; without the
 // redirect n0 refuses (no server of its own listens on 6443). The outage is
 // the time from the first refused connection to the next accepted one, so
-// it is exact to one probe period. The anchor is OpenShift's haproxy
+// it is exact to one probe period; a run whose outage the prober slept
+// through (a loaded machine) is counted apart. The anchor is OpenShift's haproxy
 // monitor (baremetal-runtimecfg), which re-adds its PREROUTING rule once
 // per loop, sleeping --check-interval (6 s by default) between loops.
 func TestBenchRedirectRepair(t *testing.T) {
@@ -601,9 +602,11 @@ func TestBenchRedirectRepair(t *testing.T) {
 	vip := netip.AddrPortFrom(rl.vips[0], 6443).String()
 
 	// The prober runs on one thread inside the client's namespace (every
-	// socket it opens is the client's) and reports each outage it sees.
+	// socket it opens is the client's) and reports each outage it sees;
+	// lastOK is when it last connected.
 	type outage struct{ from, to time.Time }
 	outages := make(chan outage, 16)
+	var lastOK atomic.Int64
 	stop := make(chan struct{})
 	probeDone := make(chan error, 1)
 	go func() {
@@ -620,6 +623,7 @@ func TestBenchRedirectRepair(t *testing.T) {
 				now := time.Now()
 				if err == nil {
 					_ = c.Close()
+					lastOK.Store(now.UnixNano())
 					if !down.IsZero() {
 						outages <- outage{down, now}
 						down = time.Time{}
@@ -639,6 +643,7 @@ func TestBenchRedirectRepair(t *testing.T) {
 	}()
 
 	var gaps, sinceNft []time.Duration
+	unseen := 0
 	for i := range runs {
 		time.Sleep(300 * time.Millisecond) // settled, and a few probes through the redirect
 		start := time.Now()
@@ -656,9 +661,18 @@ func TestBenchRedirectRepair(t *testing.T) {
 			t.Logf("run %d: refused for %v; answering %v after nft returned (nft took %v)", i,
 				o.to.Sub(o.from).Round(100*time.Microsecond), o.to.Sub(returned).Round(100*time.Microsecond),
 				returned.Sub(start).Round(100*time.Microsecond))
-		case <-time.After(10 * time.Second):
-			t.Fatalf("run %d: no outage ended within 10 s of the flush", i)
+		case <-time.After(2 * time.Second):
+			// On a loaded machine the prober may sleep through a short
+			// outage; it must be connecting now, or the table is not back.
+			if time.Since(time.Unix(0, lastOK.Load())) > 100*time.Millisecond {
+				t.Fatalf("run %d: VIP:6443 not answering 2 s after the flush", i)
+			}
+			unseen++
+			t.Logf("run %d: the prober saw no refusal (nft took %v)", i, returned.Sub(start).Round(100*time.Microsecond))
 		}
+	}
+	if len(gaps) == 0 {
+		t.Fatal("no outage seen")
 	}
 	stats := func(ds []time.Duration) string {
 		s := slices.Clone(ds)
@@ -666,8 +680,8 @@ func TestBenchRedirectRepair(t *testing.T) {
 		ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond)) }
 		return ms(s[0]) + " / " + ms(s[len(s)/2]) + " / " + ms(s[len(s)-1])
 	}
-	t.Logf("\n| after `nft flush ruleset` (%d runs, min / median / max, ms) | appliance | OpenShift haproxy monitor |\n|---|---|---|\n"+
+	t.Logf("\n| after `nft flush ruleset` (%d runs, %d seen by the prober; min / median / max, ms) | appliance | OpenShift haproxy monitor |\n|---|---|---|\n"+
 		"| VIP:6443 refuses connections for | %s | up to its loop period, --check-interval 6 s (not run here) |\n"+
 		"| nft has returned → VIP answers again | %s | |\n",
-		runs, stats(gaps), stats(sinceNft))
+		runs, len(gaps), stats(gaps), stats(sinceNft))
 }
