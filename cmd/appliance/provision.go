@@ -22,12 +22,13 @@ import (
 func init() { serviceCmds = append(serviceCmds, newProvisionCmd) }
 
 type provisionFlags struct {
-	g        *globalFlags
-	config   string
-	assets   string
-	parallel int
-	noStart  bool
-	wait     time.Duration
+	g         *globalFlags
+	config    string
+	assets    string
+	parallel  int
+	noStart   bool
+	wait      time.Duration // status --wait
+	applyWait time.Duration // apply --wait
 }
 
 func newProvisionCmd(g *globalFlags) *cobra.Command {
@@ -58,6 +59,7 @@ never from flags or appliance.yaml.`,
 	}
 	apply.Flags().IntVar(&pf.parallel, "parallel", 0, "VMs built at once (default provision.parallel)")
 	apply.Flags().BoolVar(&pf.noStart, "no-start", false, "create the VMs but leave them powered off")
+	apply.Flags().DurationVar(&pf.applyWait, "wait", 0, "after starting, wait up to this long until every VM runs and reports its expected address (e.g. 15m); 0 does not wait")
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show each VM's power state and reported addresses",
@@ -149,7 +151,30 @@ func (pf *provisionFlags) runPlan(ctx context.Context, cmd *cobra.Command, s *se
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "cluster %s, infra ID %s, platform %s\nimage: %s\n\n", s.cfg.Cluster.Domain(), s.spec.InfraID, platformWhere(s.cfg.Provision), img)
 	printPlan(out, plan)
+	if err := checkPlatform(ctx, out, s); err != nil {
+		return fmt.Errorf("provision plan: apply would fail:\n%w", err)
+	}
 	return nil
+}
+
+// preflighter is a provider that can check, before anything is created,
+// what its VMs need from the platform.
+type preflighter interface {
+	Preflight(context.Context, *platform.Spec) (warnings []string, err error)
+}
+
+// checkPlatform runs the provider's checks, when it has any, and prints their
+// warnings; the error joins every refusal.
+func checkPlatform(ctx context.Context, out io.Writer, s *session) error {
+	pf, ok := s.pr.(preflighter)
+	if !ok {
+		return nil
+	}
+	warnings, err := pf.Preflight(ctx, s.spec)
+	for _, w := range warnings {
+		fmt.Fprintln(out, "warning:", w)
+	}
+	return err
 }
 
 // platformWhere names the platform and its endpoint for headers.
@@ -204,6 +229,14 @@ func printPlan(w io.Writer, plan *platform.Plan) {
 
 func (pf *provisionFlags) runApply(ctx context.Context, cmd *cobra.Command, s *session) error {
 	out := cmd.OutOrStdout()
+	if pf.applyWait > 0 && pf.noStart {
+		return errors.New("provision apply: --wait waits for the VMs to run, and --no-start leaves them off; give one of them")
+	}
+	// Check before creating anything: a missing namespace, network or
+	// storage class would otherwise surface half-way, or never.
+	if err := checkPlatform(ctx, out, s); err != nil {
+		return fmt.Errorf("provision apply: nothing created:\n%w", err)
+	}
 
 	plan, err := platform.MakePlan(ctx, s.pr, s.spec)
 	if err != nil {
@@ -236,6 +269,19 @@ func (pf *provisionFlags) runApply(ctx context.Context, cmd *cobra.Command, s *s
 	if err != nil {
 		return fmt.Errorf("provision apply: %w\nrun 'appliance provision apply' again to resume", err)
 	}
+	if pf.applyWait <= 0 || pf.noStart {
+		return nil
+	}
+	fmt.Fprintf(out, "\nwaiting up to %s for every VM to run and report its address:\n", pf.applyWait)
+	wctx, cancel := context.WithTimeout(ctx, pf.applyWait)
+	defer cancel()
+	wp := newWaitProgress(out, names)
+	rows, err := platform.WaitRunning(wctx, s.pr, s.spec, 2*time.Second, wp.event)
+	wp.close()
+	if err != nil {
+		return fmt.Errorf("provision apply: %w\n'appliance provision status' shows them; the VMs stay as they are", err)
+	}
+	fmt.Fprintf(out, "all %d VMs running with their addresses.\n", len(rows))
 	return nil
 }
 

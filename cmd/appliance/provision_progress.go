@@ -39,7 +39,12 @@ type progress struct {
 
 const imageLine = "base image"
 
-func newProgress(w io.Writer, machines []string) *progress {
+func newProgress(w io.Writer, machines []string) *progress { return newLines(w, machines, true) }
+
+// newWaitProgress renders apply --wait: one line per machine, no image.
+func newWaitProgress(w io.Writer, machines []string) *progress { return newLines(w, machines, false) }
+
+func newLines(w io.Writer, machines []string, withImage bool) *progress {
 	pr := &progress{w: w, start: time.Now(), stage: map[string]string{}, last: map[string]string{}}
 	if !isTerminal(w) {
 		return pr
@@ -61,7 +66,9 @@ func newProgress(w io.Writer, machines []string) *progress {
 			mpb.PrependDecorators(decor.Name(name, decor.WC{W: width + 1, C: decor.DindentRight})),
 			mpb.AppendDecorators(decs...))
 	}
-	add(imageLine, 0, mpb.BarStyle(), decor.CountersKibiByte(" % .1f / % .1f"))
+	if withImage {
+		add(imageLine, 0, mpb.BarStyle(), decor.CountersKibiByte(" % .1f / % .1f"))
+	}
 	for _, m := range machines {
 		add(m, 1, mpb.NopStyle(), decor.Elapsed(decor.ET_STYLE_GO))
 	}

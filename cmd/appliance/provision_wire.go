@@ -139,8 +139,9 @@ func openProvider(ctx context.Context, p *cluster.Provision, log *slog.Logger) (
 			VNICProfileID: o.VNICProfileID, Affinity: ovirt.Affinity{Disabled: o.Affinity == "none", Soft: o.Affinity == "soft"}}, log)
 	case cluster.PlatformKubeVirt:
 		k := p.KubeVirt
+		kubevirt.RouteClientLogs(log)
 		return kubevirt.New(ctx, kubevirt.Options{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
-			Network: k.Network, StorageClass: k.StorageClass}, log)
+			Network: k.Network, StorageClass: k.StorageClass, Parallel: p.Parallel}, log)
 	}
 	return nil, fmt.Errorf("no platform %q", p.Platform)
 }

@@ -56,6 +56,9 @@ type Options struct {
 	// Insecure skips TLS verification of the API server. Only when the
 	// user asks for it explicitly.
 	Insecure bool
+	// Parallel bounds the requests Destroy has in flight at once (apply's
+	// machines are bounded by the engine); 0 means 8.
+	Parallel int
 }
 
 // validate checks the options a user wrote, naming the field at fault.
@@ -101,6 +104,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RunStrategy == "" {
 		o.RunStrategy = kubevirtv1.RunStrategyAlways
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 8
 	}
 	return o
 }
