@@ -31,7 +31,7 @@ func HAProxy(cfg *cluster.Config, opts Options) string {
 	b.WriteString("# Check it with `haproxy -c -f THIS_FILE`.\n")
 	fmt.Fprintf(&b, `
 global
-	maxconn 20000
+	# maxconn: haproxy derives it from the file-descriptor limit.
 
 defaults
 	mode tcp

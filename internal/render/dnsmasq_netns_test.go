@@ -1,0 +1,125 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"appliance/internal/cluster"
+	"appliance/internal/netlab"
+)
+
+// labConfig is a cluster config for a netlab lab: machine network and
+// interface of the lab, extra appended under nodes:.
+func labConfig(t *testing.T, lab *netlab.Lab, nodes string, extra string) *cluster.Config {
+	t.Helper()
+	y := fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
+network:
+  machineCIDR: %s
+  interface: eth0
+  gateway: 192.168.126.1
+  apiVIPs: [192.168.126.5]
+  ingressVIPs: [192.168.126.6]
+nodes:
+%s%s`, lab.Nodes[0].IPv4.Masked(), nodes, extra)
+	cfg, err := cluster.Parse([]byte(y))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, y)
+	}
+	return cfg
+}
+
+// renderCfg renders cfg into a fresh folder.
+func renderCfg(t *testing.T, cfg *cluster.Config) string {
+	t.Helper()
+	res, err := Render(cfg, Options{Source: "test", Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	if err := WriteDir(out, res.Files); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDnsmasqLeasesReservation: dnsmasq started from the rendered config
+// gives a node the address reserved for its MAC, with the router, DNS
+// servers, host name and domain `appliance dhcp` would send, to dhclient.
+func TestDnsmasqLeasesReservation(t *testing.T) {
+	need(t, "dnsmasq", "dhclient")
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "rdnsmasq"})
+	n0, n1 := lab.Nodes[0], lab.Nodes[1]
+	const reserved = "192.168.126.51" // not n1's lab address: only the reservation can give it
+	cfg := labConfig(t, lab, fmt.Sprintf(`  - {name: master-0, role: master, mac: "%s", ips: [%s]}
+  - {name: worker-0, role: worker, mac: "%s", ips: [%s]}
+`, n0.MAC, n0.IPv4.Addr(), n1.MAC, reserved), "")
+	out := renderCfg(t, cfg)
+	run := t.TempDir()
+	if _, err := n1.Run(context.Background(), "ip", "addr", "flush", "dev", "eth0"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	// Only where to keep its files comes from the command line here.
+	if _, err := n0.Start(ctx, "dnsmasq", "--keep-in-foreground", "--log-facility=-", "--log-dhcp",
+		"--user=root", "--conf-file="+filepath.Join(out, "dnsmasq", "dnsmasq.conf"),
+		"--pid-file="+filepath.Join(run, "dnsmasq.pid"), "--dhcp-leasefile="+filepath.Join(run, "leases")); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(run, "script.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nenv > \""+run+"/env.$$.${reason}\"\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := n1.Start(ctx, "dhclient", "-d", "-1", "-v", "-sf", script,
+		"-lf", filepath.Join(run, "dhclient.lease"), "-pf", filepath.Join(run, "dhclient.pid"), "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	env := waitBound(t, run, 20*time.Second)
+	want := map[string]string{
+		"new_ip_address":          reserved,
+		"new_subnet_mask":         "255.255.255.0",
+		"new_routers":             "192.168.126.1",
+		"new_domain_name_servers": n0.IPv4.Addr().String(),
+		"new_host_name":           "worker-0",
+		"new_domain_name":         "ocp4.example.com",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+}
+
+// waitBound waits for dhclient's script to run with reason BOUND and returns
+// its environment.
+func waitBound(t *testing.T, dir string, timeout time.Duration) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		ms, _ := filepath.Glob(filepath.Join(dir, "env.*.BOUND"))
+		if len(ms) > 0 {
+			time.Sleep(50 * time.Millisecond) // let the script finish writing
+			b, err := os.ReadFile(ms[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{}
+			for _, line := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(line, "="); ok {
+					env[k] = strings.Trim(v, "'")
+				}
+			}
+			return env
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("dhclient was not BOUND within %v", timeout)
+	return nil
+}
