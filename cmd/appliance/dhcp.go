@@ -5,13 +5,12 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"appliance/dhcp"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/service"
 )
 
 func init() { serviceCmds = append(serviceCmds, newDHCPCmd) }
@@ -49,14 +48,13 @@ its address, host name, router, DNS and domain.
 				return err
 			}
 			listen := adminListen(cmd, f.adminListen, cfg)
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			reg := newRegistry()
 			srv, err := dhcp.New(opts, dhcp.NewMetrics(reg), log)
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), admin.Options{Listen: listen, Registry: reg,
-				Status: func() any { return map[string]any{"dhcp": srv.Status()} }}, log, srv.Run)
+			return service.Run(cmd.Context(), log, service.Options{Admin: admin.Options{Listen: listen, Registry: reg}},
+				service.Stage{dhcpService(srv)})
 		},
 	}
 	fl := cmd.Flags()

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/service"
 	"appliance/lb"
 )
 
@@ -52,17 +51,13 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			opts.Redirect = cfg.LB.Redirect && !f.noRedirect
 			listen := adminListen(cmd, f.adminListen, cfg)
 
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			reg := newRegistry()
 			balancer, err := lb.New(cfg, cluster.NewState(cfg), opts, lb.NewMetrics(reg), log)
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), admin.Options{
-				Listen: listen, Registry: reg,
-				Status: func() any { return map[string]any{"lb": balancer.Status()} },
-				Ready:  func() error { return balancer.Ready(cmd.Context()) },
-			}, log, balancer.Run)
+			return service.Run(cmd.Context(), log, service.Options{Admin: admin.Options{Listen: listen, Registry: reg}},
+				service.Stage{lbService(balancer)})
 		},
 	}
 	fl := cmd.Flags()

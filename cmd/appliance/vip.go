@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"slices"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
+	"appliance/internal/service"
 	"appliance/vrrp"
 )
 
@@ -192,67 +189,19 @@ func (f *vipFlags) fromConfig(cmd *cobra.Command, log *slog.Logger) ([]vrrp.Conf
 // runVIPs runs the instances and the admin listener until ctx ends. With
 // follow, the instances move with the node's address to another interface.
 func runVIPs(ctx context.Context, cfgs []vrrp.Config, listen string, follow *host.Host, log *slog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := vrrp.NewMetrics(reg)
-	instances := make([]*vrrp.Instance, 0, len(cfgs))
-	for _, c := range cfgs {
-		in, err := vrrp.New(c, metrics, log, nil)
-		if err != nil {
-			return err
-		}
-		instances = append(instances, in)
-	}
-	status := func() any {
-		out := make([]vrrp.Status, 0, len(instances))
-		for _, in := range instances {
-			out = append(out, in.Status())
-		}
-		return map[string]any{"vips": out}
-	}
-	ready := func() error {
-		for _, in := range instances {
-			if s := in.Status(); s.State == vrrp.StateInit.String() || s.State == vrrp.StateFault.String() {
-				return fmt.Errorf("%s is %s %s", s.Name, s.State, s.Fault)
-			}
-		}
-		return nil
-	}
-	adm, err := admin.New(admin.Options{Listen: listen, Registry: reg, Status: status, Ready: ready}, log)
+	reg := newRegistry()
+	vips, err := vipService(cfgs, vrrp.NewMetrics(reg), log)
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(cfgs))
-	for _, c := range cfgs {
-		names = append(names, c.Name)
-	}
-	slices.Sort(names)
-	log.Info("starting", "component", "vip", "instances", names, "admin", adm.Addr().String())
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return adm.Run(ctx) })
-	for _, in := range instances {
-		eg.Go(func() error { return in.Run(ctx) })
-	}
+	stages := []service.Stage{{vips}}
 	if follow != nil {
-		eg.Go(func() error { return follow.Run(ctx) })
-		eg.Go(func() error {
-			followInterface(ctx, follow, cfgs[0].Interface, instances)
-			return nil
-		})
+		stages = append(stages, service.Stage{hostService(follow, cfgs[0].Interface, func(v *host.View) {
+			for _, in := range vips.instances {
+				in.SetInterface(v.Interface)
+			}
+		})})
 	}
-	return eg.Wait()
+	return service.Run(ctx, log, service.Options{Admin: admin.Options{Listen: listen, Registry: reg}}, stages...)
 }
 
-// followInterface moves the instances to the interface that holds the node's
-// address whenever that changes (an address moved onto a bridge).
-func followInterface(ctx context.Context, h *host.Host, current string, instances []*vrrp.Instance) {
-	for v := range h.Subscribe(ctx) {
-		if v.Interface == "" || v.Interface == current {
-			continue
-		}
-		current = v.Interface
-		for _, in := range instances {
-			in.SetInterface(current)
-		}
-	}
-}
