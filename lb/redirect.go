@@ -154,12 +154,20 @@ func (r *Redirector) flush(c *nftables.Conn) error {
 	return c.Flush()
 }
 
-// ownThread reports whether tid sent one of our batches.
+// ownThread reports whether tid sent one of our batches and is still a
+// thread of this process: a thread that exited (one that entered another
+// namespace is discarded) frees its id for another process's use.
 func (r *Redirector) ownThread(tid uint32) bool {
 	r.tidMu.Lock()
 	defer r.tidMu.Unlock()
-	_, ok := r.ownTIDs[tid]
-	return ok
+	if _, ok := r.ownTIDs[tid]; !ok {
+		return false
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", tid)); err != nil {
+		delete(r.ownTIDs, tid)
+		return false
+	}
+	return true
 }
 
 // Names of the two chains of the table.
