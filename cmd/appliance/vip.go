@@ -204,4 +204,3 @@ func runVIPs(ctx context.Context, cfgs []vrrp.Config, listen string, follow *hos
 	}
 	return service.Run(ctx, log, service.Options{Admin: admin.Options{Listen: listen, Registry: reg}}, stages...)
 }
-
