@@ -62,6 +62,9 @@ func TestMetrics(t *testing.T) {
 		"appliance_lb_backend_active_connections,backend=master-1,pool=api":       func(v float64) bool { return v == 0 },
 		"appliance_lb_connections_total,pool=api,result=proxied":                  func(v float64) bool { return v == 4 },
 		"appliance_lb_pool_healthy_backends,pool=api":                             func(v float64) bool { return v == 2 },
+		"appliance_lb_redirect_repairs_total,kind=table":                          func(v float64) bool { return v == 0 },
+		"appliance_lb_redirect_repairs_total,kind=chain":                          func(v float64) bool { return v == 0 },
+		"appliance_lb_redirect_repairs_total,kind=rule":                           func(v float64) bool { return v == 0 },
 	}
 	for k, ok := range checks {
 		v, found := m[k]

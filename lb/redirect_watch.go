@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -80,7 +81,10 @@ func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 		}
 	}
 
-	var mon *monitor
+	var (
+		mon      *monitor
+		openedAt time.Time
+	)
 	defer func() {
 		if mon != nil {
 			mon.close()
@@ -95,6 +99,9 @@ func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 		if mon != nil {
 			mon.close()
 			mon = nil
+			if time.Since(openedAt) > o.MaxBackoff {
+				backoff = o.MinBackoff // it had been working: not a failure in a row
+			}
 		}
 		o.Log.Warn("nftables monitor failed; re-opening", "err", err, "in", backoff)
 		reopen.Reset(backoff)
@@ -114,12 +121,12 @@ func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 				fail(err)
 				continue
 			}
-			mon = m
+			mon, openedAt = m, time.Now()
 			check(triggerMonitor)
 		case evs, ok := <-events:
 			switch {
 			case !ok:
-				fail(fmt.Errorf("lb: nftables monitor stopped"))
+				fail(errors.New("lb: nftables monitor stopped"))
 			case evs.GeneratedBy != nil && evs.GeneratedBy.Type == nftables.MonitorEventTypeOOB:
 				// Typically ENOBUFS: the socket overran and events were
 				// lost, so look at the table now rather than at the tick.
