@@ -20,6 +20,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/vishvananda/netlink"
+	"go.uber.org/goleak"
 
 	"appliance/internal/netlab"
 )
@@ -31,7 +32,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(childEnv); spec != "" {
 		os.Exit(runChild(spec))
 	}
-	os.Exit(m.Run())
+	// No goroutine may outlive the tests (the server awaits what it starts);
+	// netlab's spawner lives as long as the process by design.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("appliance/internal/netlab.StartCommand.func1.1"))
 }
 
 // runChild serves the lab network on eth0 with the pool on; spec is the
