@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 )
 
@@ -29,7 +30,7 @@ func TestBenchDHCP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	pool := Range{Start: netip.MustParseAddr("192.168.126.20"), End: netip.MustParseAddr("192.168.126.250")}
+	pool := cluster.Range{Start: netip.MustParseAddr("192.168.126.20"), End: netip.MustParseAddr("192.168.126.250")}
 	rates := []int{50, 100, 200, 400, 800, 1600}
 
 	type result struct {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+
+	"appliance/internal/cluster"
 )
 
 var (
@@ -33,7 +35,7 @@ func testOptions() Options {
 		Reservations: []Reservation{
 			{MAC: macM0, IP: ipM0, Hostname: "master-0"},
 		},
-		Pool:     Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.103")},
+		Pool:     cluster.Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.103")},
 		Excluded: []netip.Addr{netip.MustParseAddr("192.168.126.101")},
 	}
 }
@@ -291,7 +293,7 @@ func TestReplyOptions(t *testing.T) {
 // on the server or the order clients came in.
 func TestPoolStable(t *testing.T) {
 	o := testOptions()
-	o.Pool = Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.199")}
+	o.Pool = cluster.Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.199")}
 	p, err := NewPolicy(o)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
 
+	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 )
 
@@ -42,7 +43,7 @@ func TestMain(m *testing.M) {
 func runChild(leaseFile string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	o := labOptions(leaseFile)
-	o.Pool = Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.250")}
+	o.Pool = cluster.Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.250")}
 	s, err := New(o, nil, log)
 	if err != nil {
 		log.Error("new", "err", err)
@@ -293,7 +294,7 @@ func TestNetnsRenewAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	o := labOptions(filepath.Join(dir, "leases.json"))
 	o.Reservations = o.Reservations[:1] // n2's MAC is a pool client here
-	o.Pool = Range{Start: netip.MustParseAddr("192.168.126.12"), End: netip.MustParseAddr("192.168.126.12")}
+	o.Pool = cluster.Range{Start: netip.MustParseAddr("192.168.126.12"), End: netip.MustParseAddr("192.168.126.12")}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -477,7 +478,7 @@ func TestNetnsPool(t *testing.T) {
 	o.ProbeTimeout = DefaultProbeTimeout
 	busy, free := netip.MustParseAddr("192.168.126.12"), netip.MustParseAddr("192.168.126.13")
 	o.Reservations = o.Reservations[:0]
-	o.Pool = Range{Start: busy, End: free}
+	o.Pool = cluster.Range{Start: busy, End: free}
 	srv, _ := startServer(t, n0, o)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -517,7 +518,7 @@ func TestNetnsTwoServers(t *testing.T) {
 	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "dhcp2"})
 	n0, n1, n2 := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
 	o := labOptions("")
-	o.Pool = Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.150")}
+	o.Pool = cluster.Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.150")}
 	oa, ob := o, o
 	oa.ServePool = func() bool { return true }
 	ob.ServePool = func() bool { return false }

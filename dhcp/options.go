@@ -34,14 +34,6 @@ type Reservation struct {
 	Hostname string // option 12; "" sends none
 }
 
-// Range is an inclusive range of IPv4 addresses.
-type Range struct {
-	Start, End netip.Addr
-}
-
-// IsZero reports whether no range is set (the pool is off).
-func (r Range) IsZero() bool { return !r.Start.IsValid() && !r.End.IsValid() }
-
 // Options configures a Server and its Policy.
 type Options struct {
 	// Interface is where the server listens; required by Server.
@@ -66,7 +58,7 @@ type Options struct {
 	// Reservations are answered by every server.
 	Reservations []Reservation
 	// Pool is the dynamic range; the zero Range turns the pool off.
-	Pool Range
+	Pool cluster.Range
 	// Excluded addresses (VIPs, the router, the server) are never given
 	// from the pool; reserved addresses are excluded too.
 	Excluded []netip.Addr
@@ -136,7 +128,7 @@ func FromCluster(cfg *cluster.Config) (Options, error) {
 	d := cfg.DHCP
 	o.LeaseTime, o.LeaseFile = d.LeaseTime, d.LeaseFile
 	if !d.Pool.IsZero() {
-		o.Pool = Range{Start: d.Pool.Start, End: d.Pool.End}
+		o.Pool = d.Pool
 	}
 	if len(d.DNS) > 0 {
 		o.DNS = slices.Clone(d.DNS)

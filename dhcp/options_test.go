@@ -42,7 +42,7 @@ func TestFromCluster(t *testing.T) {
 		}
 	}
 	o.ServerID = netip.MustParseAddr("192.168.126.10")
-	o.Pool = Range{Start: netip.MustParseAddr("192.168.126.1"), End: netip.MustParseAddr("192.168.126.30")}
+	o.Pool = cluster.Range{Start: netip.MustParseAddr("192.168.126.1"), End: netip.MustParseAddr("192.168.126.30")}
 	p, err := NewPolicy(o)
 	if err != nil {
 		t.Fatal(err)

@@ -121,7 +121,7 @@ func (f *dhcpFlags) options(cfg *cluster.Config, changed func(string) bool) (dhc
 	return opts, nil
 }
 
-func parseRange(s string) (dhcp.Range, error) {
+func parseRange(s string) (cluster.Range, error) {
 	for i := range len(s) {
 		if s[i] != '-' {
 			continue
@@ -129,10 +129,10 @@ func parseRange(s string) (dhcp.Range, error) {
 		a, err1 := netip.ParseAddr(s[:i])
 		b, err2 := netip.ParseAddr(s[i+1:])
 		if err1 == nil && err2 == nil && a.Is4() && b.Is4() {
-			return dhcp.Range{Start: a, End: b}, nil
+			return cluster.Range{Start: a, End: b}, nil
 		}
 	}
-	return dhcp.Range{}, fmt.Errorf("not an IPv4 range like 192.168.126.100-192.168.126.199")
+	return cluster.Range{}, fmt.Errorf("not an IPv4 range like 192.168.126.100-192.168.126.199")
 }
 
 func parseAddrs(flag string, ss []string) ([]netip.Addr, error) {
