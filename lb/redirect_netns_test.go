@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -102,6 +103,11 @@ func newRedirectLab(t testing.TB, name string, watch WatchOptions, local bool) *
 		if tab := rl.table(); tab != "" {
 			t.Errorf("table left after exit:\n%s", tab)
 		}
+		// Neither the redirect nor its repairs ever touched the root
+		// namespace's nftables.
+		if out, err := exec.Command("nft", "list", "table", "inet", DefaultTable).CombinedOutput(); err == nil {
+			t.Errorf("a table appeared in the root namespace:\n%s", out)
+		}
 	})
 	waitFor(t, 10*time.Second, func() bool { return strings.Count(rl.table(), "redirect to :9445") == 4 })
 	return rl
@@ -177,9 +183,21 @@ func TestNetnsRedirectRepair(t *testing.T) {
 		{"delete table", RepairTable, "deleted by someone else", []string{"delete", "table", "inet", DefaultTable}},
 		{"delete chain", RepairChain, "chain prerouting deleted", []string{"delete", "chain", "inet", DefaultTable, "prerouting"}},
 		{"flush chain", RepairRule, "2 of 4 rules missing", []string{"flush", "chain", "inet", DefaultTable, "output"}},
+		{"delete rule", RepairRule, "1 of 4 rules missing", nil},
 		{"foreign rule", RepairRule, "1 foreign rule", []string{"add", "rule", "inet", DefaultTable, "prerouting", "tcp", "dport", "6443", "redirect", "to", ":1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.cmd == nil { // delete the first rule of output, by its handle
+				out, err := rl.n0.Run(context.Background(), "nft", "-a", "list", "chain", "inet", DefaultTable, "output")
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := regexp.MustCompile(`redirect to :9445 # handle (\d+)`).FindStringSubmatch(out)
+				if m == nil {
+					t.Fatalf("no rule handle in:\n%s", out)
+				}
+				tt.cmd = []string{"delete", "rule", "inet", DefaultTable, "output", "handle", m[1]}
+			}
 			before := rl.repairs(tt.kind)
 			start := time.Now()
 			if _, err := rl.n0.Run(context.Background(), "nft", tt.cmd...); err != nil {
