@@ -527,7 +527,8 @@ func (d *MDNS) refuse(m cluster.Member, src netip.Addr, v claimVerdict, now time
 
 // MDNSStatus is mDNS's part of the DNS service's /status.
 type MDNSStatus struct {
-	Node      string       `json:"node"`
+	Node string `json:"node"`
+	// Interface is where the sockets are bound.
 	Interface string       `json:"interface"`
 	Addrs     []netip.Addr `json:"addrs"`
 	Problem   string       `json:"problem,omitempty"`
@@ -543,10 +544,11 @@ type MDNSStatus struct {
 func (d *MDNS) Status() MDNSStatus {
 	var st MDNSStatus
 	if v := d.self.Load(); v != nil {
-		st.Node, st.Interface, st.Addrs, st.Problem = v.Name, v.Interface, v.Addrs(), v.Problem
+		st.Node, st.Addrs, st.Problem = v.Name, v.Addrs(), v.Problem
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	st.Interface = d.bound.name
 	for fam, c := range d.conns {
 		if c != nil {
 			st.Sockets = append(st.Sockets, famNames[fam])

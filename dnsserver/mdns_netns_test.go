@@ -31,7 +31,12 @@ type mdnsNode struct {
 
 func startMDNSNode(t *testing.T, n *netlab.Node, clusterName, nodeName string, ttl time.Duration) *mdnsNode {
 	t.Helper()
-	cfg := &cluster.Config{
+	return startMDNS(t, n, mdnsConfig(clusterName, nil), MDNSOptions{Node: nodeName, Role: cluster.RoleMaster, TTL: ttl})
+}
+
+// mdnsConfig is the lab's cluster: machine networks, VIPs and nodes.
+func mdnsConfig(clusterName string, nodes []cluster.Node) *cluster.Config {
+	return &cluster.Config{
 		Cluster: cluster.Cluster{Name: clusterName, BaseDomain: "example.com"},
 		Network: cluster.Network{
 			MachineCIDRs: []netip.Prefix{netlab.DefaultIPv4, netip.MustParsePrefix("fd00:126::/64")},
@@ -40,18 +45,26 @@ func startMDNSNode(t *testing.T, n *netlab.Node, clusterName, nodeName string, t
 			// Never queried here; set so nothing reads resolv.conf.
 			UpstreamDNS: []netip.AddrPort{netip.MustParseAddrPort("192.0.2.1:53")},
 		},
+		Nodes: nodes,
 	}
+}
+
+// startMDNS runs a DNS server with mDNS in lab node n until the test ends.
+func startMDNS(t *testing.T, n *netlab.Node, cfg *cluster.Config, mo MDNSOptions) *mdnsNode {
+	t.Helper()
+	mo.Enabled, mo.NetNS = true, nsPath(n)
 	state := cluster.NewState(cfg)
 	srv, err := New(cfg, state, Options{
 		Listen: netip.AddrPortFrom(n.IPv4.Addr(), 53).String(),
-		MDNS:   MDNSOptions{Enabled: true, Node: nodeName, Role: cluster.RoleMaster, TTL: ttl, NetNS: nsPath(n)},
-	}, testLogger(t).With("node", nodeName))
+		MDNS:   mo,
+	}, testLogger(t).With("node", n.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Sockets must be opened inside the node's namespace.
+	// The DNS listeners must be opened inside the node's namespace; mDNS
+	// opens its sockets there itself (MDNSOptions.NetNS).
 	if err := n.Do(srv.Start); err != nil {
-		t.Fatalf("%s: start: %v", nodeName, err)
+		t.Fatalf("%s: start: %v", n.Name, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &mdnsNode{node: n, state: state, srv: srv, cancel: cancel, done: make(chan error, 1)}
