@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	stdlog "log"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"appliance/dnsserver"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/host"
 )
 
 func init() { serviceCmds = append(serviceCmds, newDNSCmd) }
@@ -22,6 +24,9 @@ type dnsFlags struct {
 	resolvConf  string
 	queryLog    bool
 	mdns        bool
+	node        string
+	iface       string
+	role        string
 }
 
 func newDNSCmd(g *globalFlags) *cobra.Command {
@@ -49,9 +54,22 @@ this node's own addresses, re-read when it changes.`,
 			stdlog.SetOutput(slog.NewLogLogger(log.Handler(), slog.LevelInfo).Writer())
 
 			state := cluster.NewState(cfg)
+			mo := dnsserver.MDNSOptions{Enabled: cfg.DNS.MDNS || f.mdns, Node: f.node, Interface: f.iface, Role: cluster.Role(f.role)}
+			switch mo.Role {
+			case "", cluster.RoleBootstrap, cluster.RoleMaster, cluster.RoleWorker:
+			default:
+				return fmt.Errorf("dns: --role %q is not bootstrap, master or worker", f.role)
+			}
+			services := []func(context.Context) error{}
+			if mo.Enabled {
+				// Only mDNS needs to know which node this is: without it the
+				// server runs on any machine.
+				h := host.New(cfg, host.Options{Node: mo.Node, Role: mo.Role, Interface: mo.Interface}, "", log)
+				mo.Host = h
+				services = append(services, h.Run)
+			}
 			srv, err := dnsserver.New(cfg, state, dnsserver.Options{
-				Listen: f.listen, ResolvConf: f.resolvConf, QueryLog: f.queryLog,
-				MDNS: dnsserver.MDNSOptions{Enabled: cfg.DNS.MDNS || f.mdns},
+				Listen: f.listen, ResolvConf: f.resolvConf, QueryLog: f.queryLog, MDNS: mo,
 			}, log)
 			if err != nil {
 				return err
@@ -70,8 +88,10 @@ this node's own addresses, re-read when it changes.`,
 			listen := adminListen(cmd, f.adminListen, cfg)
 			return serve(cmd.Context(), admin.Options{
 				Listen: listen, Registry: reg, Ready: srv.Ready,
+				// Each member shows its Source (config, mdns, kubernetes); refused
+				// mDNS claims are under dns.mdns.
 				Status: func() any { return map[string]any{"dns": srv.Status(), "members": state.Snapshot().Members} },
-			}, log, srv.Run)
+			}, log, append(services, srv.Run)...)
 		},
 	}
 	fl := cmd.Flags()
@@ -81,5 +101,8 @@ this node's own addresses, re-read when it changes.`,
 	fl.StringVar(&f.resolvConf, "resolv-conf", "", "resolv.conf to take upstreams from (default NetworkManager's when present, else /etc/resolv.conf)")
 	fl.BoolVar(&f.queryLog, "query-log", false, "log every query")
 	fl.BoolVar(&f.mdns, "mdns", false, "publish this node and discover the others with multicast DNS (default dns.mdns)")
+	fl.StringVar(&f.node, "node", "", "with mDNS: this node's name (default: the configured node owning a local address, else the short host name)")
+	fl.StringVar(&f.iface, "interface", "", "with mDNS: pin the interface (default network.interface, else wherever the node's addresses in network.machineCIDRs are, followed when they move)")
+	fl.StringVar(&f.role, "role", "", "with mDNS: the role of a node that is not in the config (bootstrap, master or worker)")
 	return cmd
 }

@@ -65,11 +65,14 @@ func TestDNSCommand(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	for path, want := range map[string]string{
-		"/metrics": `appliance_dns_cluster_queries_total{result="answer"} 1`,
-		"/readyz":  "",
-		"/status":  `"upstreams"`,
+	for _, c := range []struct{ path, want string }{
+		{"/metrics", `appliance_dns_cluster_queries_total{result="answer"} 1`},
+		{"/readyz", ""},
+		{"/status", `"upstreams"`},
+		// Every member says where it comes from.
+		{"/status", `"Source": "config"`},
 	} {
+		path, want := c.path, c.want
 		resp, err := http.Get("http://" + adminListen + path)
 		if err != nil {
 			t.Fatal(err)
