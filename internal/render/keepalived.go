@@ -24,8 +24,8 @@ func Keepalived(cfg *cluster.Config, opts Options) ([]File, string) {
 	var files []File
 	for _, role := range []cluster.Role{cluster.RoleBootstrap, cluster.RoleMaster, cluster.RoleWorker} {
 		// Instances of one role differ only in their unicast peers (a
-		// node leaves itself out); a role file lists every peer, and
-		// keepalived skips its own address.
+		// node leaves itself out); a role file lists every peer and marks
+		// each node's own address for keepalived to skip there.
 		ins := cfg.VIPInstances(cluster.Node{Role: role})
 		if len(ins) == 0 {
 			continue
@@ -34,6 +34,10 @@ func Keepalived(cfg *cluster.Config, opts Options) ([]File, string) {
 		b.WriteString(header("#", cfg, opts, "keepalived configuration for the "+string(role)+" nodes"))
 		b.WriteString("# Install it as /etc/keepalived/keepalived.conf on every " + string(role) + " node;\n" +
 			"# the VIPs fail over between these nodes and nodes running `appliance vip`.\n")
+		if len(cfg.VRRP.UnicastPeers) > 0 {
+			b.WriteString("# Lines starting @^NAME are left out on node NAME: run keepalived with -i NAME\n" +
+				"# (the node's name in the config) unless its host name is exactly that.\n")
+		}
 		fmt.Fprintf(&b, "\nglobal_defs {\n\trouter_id %s_%s\n}\n", cfg.Cluster.Name, role)
 		for _, in := range ins {
 			fmt.Fprintf(&b, "\nvrrp_instance %s_%s {\n", cfg.Cluster.Name, strings.ReplaceAll(in.Name, "-", "_"))
@@ -50,6 +54,13 @@ func Keepalived(cfg *cluster.Config, opts Options) ([]File, string) {
 			if len(in.UnicastPeers) > 0 {
 				b.WriteString("\tunicast_peer {\n")
 				for _, p := range in.UnicastPeers {
+					// "@^NAME line": keepalived skips the line on the node
+					// whose config-id (-i, default the host name) is NAME,
+					// so no node sends adverts to itself.
+					if n, ok := cfg.NodeByAddr(p); ok && n.Role == role {
+						fmt.Fprintf(&b, "\t\t@^%s %s\n", n.Name, p)
+						continue
+					}
 					fmt.Fprintf(&b, "\t\t%s\n", p)
 				}
 				b.WriteString("\t}\n")

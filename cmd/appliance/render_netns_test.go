@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"appliance/internal/netlab"
+)
+
+// runRender runs `appliance render` (this test binary as the appliance) and
+// returns the output folder.
+func runRender(t *testing.T, cfgPath string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := exec.Command(selfExe(t), "render", "--config", cfgPath, "--out", out)
+	cmd.Env = append(os.Environ(), envRunMain+"=1")
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("appliance render: %v\n%s", err, b)
+	}
+	if !strings.Contains(string(b), filepath.Join(out, "keepalived", "master", "keepalived.conf")) {
+		t.Fatalf("appliance render did not list the master's keepalived.conf:\n%s", b)
+	}
+	return out
+}
+
+// startRenderedKeepalived runs keepalived (VRRP only, foreground) inside node
+// from a rendered keepalived.conf, untouched, as the config's node name
+// (-i: the config id that picks the file's @^NAME lines).
+func startRenderedKeepalived(t *testing.T, n *netlab.Node, conf, name string) *netlab.Process {
+	t.Helper()
+	if _, err := exec.LookPath("keepalived"); err != nil {
+		t.Fatalf("keepalived is not installed (make test-deps installs it): %v", err)
+	}
+	dir := t.TempDir()
+	p, err := n.Start(context.Background(), "keepalived", "--dont-fork", "--log-console", "--log-detail",
+		"--vrrp", "--no-syslog", "-i", name, "-f", conf, "-p", filepath.Join(dir, "keepalived.pid"),
+		"-r", filepath.Join(dir, "vrrp.pid"))
+	if err != nil {
+		t.Fatalf("start keepalived on %s: %v", n.Name, err)
+	}
+	return p
+}
+
+// TestRenderedKeepalivedSharesVIPWithAppliance: two masters of one cluster,
+// one running keepalived from `appliance render`'s master file, the other
+// `appliance vip` from the same config. They hold the API VIP together, one
+// at a time, and hand it over both ways: in native mode (VRRPv3, 100 ms,
+// multicast) and in keepalived-openshift mode (VRRPv2, 1 s, PASS auth,
+// unicast peers that include the node's own address).
+func TestRenderedKeepalivedSharesVIPWithAppliance(t *testing.T) {
+	for _, mode := range []struct {
+		name, vrrp string
+		settle     time.Duration
+	}{
+		{"native", "vrrp: {mode: native}", 500 * time.Millisecond},
+		{"keepalived-openshift", "vrrp: {mode: keepalived-openshift, unicastPeers: [%s, %s]}", 4 * time.Second},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "rka"})
+			procs := map[string]*netlab.Process{}
+			dumpOnFailure(t, procs)
+			n0, n1 := lab.Nodes[0], lab.Nodes[1]
+			vrrp := mode.vrrp
+			if strings.Contains(vrrp, "%s") {
+				vrrp = fmt.Sprintf(vrrp, n0.IPv4.Addr(), n1.IPv4.Addr())
+			}
+			cfgPath := writeFile(t, "appliance.yaml", fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
+network:
+  machineCIDR: %s
+  interface: eth0
+  apiVIPs: [%s]
+nodes:
+  - {name: master-0, role: master, ips: [%s]}
+  - {name: master-1, role: master, ips: [%s]}
+%s
+`, n0.IPv4.Masked(), labVIP, n0.IPv4.Addr(), n1.IPv4.Addr(), vrrp))
+			conf := filepath.Join(runRender(t, cfgPath), "keepalived", "master", "keepalived.conf")
+			timeout := 4*mode.settle + 10*time.Second
+
+			// keepalived first: it takes the VIP; the appliance joins as a
+			// backup (equal priority: the master keeps it).
+			procs["keepalived"] = startRenderedKeepalived(t, n0, conf, "master-0")
+			waitHolder(t, lab.Nodes, labVIP, 0, timeout, mode.settle)
+			procs["appliance"] = startAppliance(t, n1, "vip", "--config", cfgPath, "--node", "master-1")
+			waitHolder(t, lab.Nodes, labVIP, 0, timeout, mode.settle)
+			// keepalived leaves (priority 0): the appliance takes over.
+			procs["keepalived"].Signal(syscall.SIGTERM)
+			waitHolder(t, lab.Nodes, labVIP, 1, timeout, mode.settle)
+			// keepalived comes back as a backup and stays one.
+			procs["keepalived-again"] = startRenderedKeepalived(t, n0, conf, "master-0")
+			waitHolder(t, lab.Nodes, labVIP, 1, timeout, mode.settle)
+			// The appliance leaves: keepalived takes over.
+			procs["appliance"].Signal(syscall.SIGTERM)
+			waitHolder(t, lab.Nodes, labVIP, 0, timeout, mode.settle)
+			// A unicast peer list naming the node itself makes keepalived
+			// hear its own adverts.
+			for _, p := range []string{"keepalived", "keepalived-again"} {
+				if out := procs[p].Output(); strings.Contains(out, "our IP address") {
+					t.Errorf("%s heard its own adverts:\n%s", p, out)
+				}
+			}
+		})
+	}
+}
