@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"appliance/internal/cluster"
 )
@@ -24,6 +25,7 @@ type DHCPOffer struct {
 type DHCPObservation struct {
 	Iface  string
 	MAC    net.HardwareAddr // the throwaway client's
+	Wait   time.Duration    // how long offers were collected
 	Offers []DHCPOffer
 	Err    error
 }
@@ -65,5 +67,5 @@ func DecideDHCP(cfg *cluster.Config, o DHCPObservation) Result {
 	if len(ours) > 0 {
 		return pass(IDDHCP, "only this cluster's DHCP answers on %s: %s", o.Iface, strings.Join(ours, ", ")).with(d)
 	}
-	return pass(IDDHCP, "no DHCP server answered a DISCOVER from %s on %s", o.MAC, o.Iface).with(d)
+	return pass(IDDHCP, "no DHCP server answered a DISCOVER from %s on %s within %s", o.MAC, o.Iface, o.Wait).with(d)
 }

@@ -18,7 +18,7 @@ import (
 const (
 	DefaultTimeout    = 10 * time.Second
 	DefaultProbeWait  = time.Second     // ARP/NDP probes and MTU echoes
-	DefaultDHCPWait   = 3 * time.Second // dnsmasq pings an address before offering it
+	DefaultDHCPWait   = 5 * time.Second // dnsmasq offers only after 3 s, once its ping found the address free
 	DefaultVRRPListen = 3 * time.Second // three adverts of a router at keepalived's 1 s default
 	DefaultResolvConf = "/etc/resolv.conf"
 )
@@ -209,7 +209,7 @@ func dhcpCheck(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifE
 	}
 	mac := ThrowawayMAC()
 	offers, err := DiscoverServers(ctx, ifi.Name, mac, opts.DHCPWait)
-	return DecideDHCP(cfg, DHCPObservation{Iface: ifi.Name, MAC: mac, Offers: offers, Err: err})
+	return DecideDHCP(cfg, DHCPObservation{Iface: ifi.Name, MAC: mac, Wait: opts.DHCPWait, Offers: offers, Err: err})
 }
 
 func vrrpCheck(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifErr error, opts Options) Result {
