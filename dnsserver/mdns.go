@@ -86,6 +86,7 @@ type MDNS struct {
 	state  *cluster.State
 	opts   MDNSOptions
 	log    *slog.Logger
+	base   *slog.Logger // the caller's, for the own Host's log lines
 	m      *metrics
 	domain string // cluster domain, e.g. "ocp4.example.com"
 	// listen opens a socket; a seam for tests.
@@ -124,7 +125,7 @@ func NewMDNS(cfg *cluster.Config, state *cluster.State, opts MDNSOptions, log *s
 	if opts.TTL == 0 {
 		opts.TTL = DefaultMDNSTTL
 	}
-	return &MDNS{cfg: cfg, state: state, opts: opts, log: log.With("component", "mdns"), m: newMetrics(),
+	return &MDNS{cfg: cfg, state: state, opts: opts, log: log.With("component", "mdns"), base: log, m: newMetrics(),
 		domain: strings.TrimSuffix(cfg.Cluster.Domain(), "."), listen: listenMDNS,
 		kick: make(chan struct{}, 1), rebound: make(chan struct{}),
 		known: map[string]*peer{}, waiters: map[*waiter]struct{}{}}, nil
@@ -138,7 +139,7 @@ func (d *MDNS) Run(ctx context.Context) error {
 	eg, ctx := errgroup.WithContext(ctx)
 	src := d.opts.Host
 	if src == nil {
-		h := host.New(d.cfg, host.Options{Node: d.opts.Node, Role: d.opts.Role, Interface: d.opts.Interface}, d.opts.NetNS, d.log)
+		h := host.New(d.cfg, host.Options{Node: d.opts.Node, Role: d.opts.Role, Interface: d.opts.Interface}, d.opts.NetNS, d.base)
 		eg.Go(func() error { return h.Run(ctx) })
 		src = h
 	}
@@ -202,7 +203,8 @@ func (d *MDNS) loop(ctx context.Context, views <-chan *host.View) error {
 func (d *MDNS) apply(v *host.View) bool {
 	old := d.self.Swap(v)
 	if v.Problem != "" {
-		d.log.Warn("node not usable for mDNS", "problem", v.Problem)
+		// host logs it as a WARN already.
+		d.log.Info("nothing to publish over mDNS while the node has no usable interface", "problem", v.Problem)
 	}
 	cur, _ := d.currentBinding()
 	if v.Interface != cur.name || v.Index != cur.index {
