@@ -104,3 +104,43 @@ func TestDNSCommandNoUpstream(t *testing.T) {
 		t.Fatalf("err %v, output:\n%s\nwant %s", err, out, want)
 	}
 }
+
+// TestDNSCommandMDNS runs `appliance dns --mdns` in two lab nodes that are
+// not in the config: each learns the other over mDNS (through the command's
+// host.Host) and answers its name with its own address, not the API VIP the
+// other node holds.
+func TestDNSCommandMDNS(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "dnsmdns"})
+	path := filepath.Join(t.TempDir(), "appliance.yaml")
+	y := "cluster: {name: ocp4, baseDomain: example.com}\nnetwork:\n  machineCIDR: 192.168.126.0/24\n  apiVIPs: [192.168.126.5]\n  ingressVIPs: [192.168.126.6]\n  upstreamDNS: [\"192.0.2.1\"]\n"
+	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// master-1 holds the API VIP, as VRRP would put it there.
+	if _, err := lab.Nodes[1].Run(ctx, "ip", "addr", "add", "192.168.126.5/24", "dev", lab.Nodes[1].Iface); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range lab.Nodes {
+		startAppliance(t, n, "dns", "--config", path, "--mdns", "--node", "master-"+string(rune('0'+i)), "--role", "master",
+			"--listen", n.IPv4.Addr().String()+":53", "--admin-listen", n.IPv4.Addr().String()+":9445")
+	}
+	want := lab.Nodes[1].IPv4.Addr().String()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := lab.Nodes[0].Run(ctx, "dig", "@"+lab.Nodes[0].IPv4.Addr().String(), "+short", "+tries=1", "+time=1", "master-1.ocp4.example.com", "A")
+		if err == nil && strings.TrimSpace(out) == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("master-1.ocp4.example.com at master-0: %q %v, want %s", out, err, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// /status names the interface mDNS is bound to and each member's source.
+	out, err := lab.Nodes[0].Run(ctx, "curl", "-sf", "http://"+lab.Nodes[0].IPv4.Addr().String()+":9445/status")
+	if err != nil || !strings.Contains(out, `"interface": "eth0"`) || !strings.Contains(out, `"Source": "mdns"`) {
+		t.Fatalf("/status on master-0: %v\n%s", err, out)
+	}
+}
