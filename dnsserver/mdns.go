@@ -238,8 +238,10 @@ func hostName(node string) string { return dns.CanonicalName(node + ".local") }
 // records are this node's published records with the given TTL (seconds):
 // none before the node is known, and only its own addresses (the view never
 // holds a VIP).
-func (d *MDNS) records(ttl uint32) []dns.RR {
-	v := d.self.Load()
+func (d *MDNS) records(ttl uint32) []dns.RR { return d.recordsOf(d.self.Load(), ttl) }
+
+// recordsOf are the records published for view v.
+func (d *MDNS) recordsOf(v *host.View, ttl uint32) []dns.RR {
 	if v == nil || v.Name == "" {
 		return nil
 	}
