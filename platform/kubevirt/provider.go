@@ -129,7 +129,8 @@ func (p *Provider) probe(ctx context.Context, host string) error {
 		case err == nil:
 			return nil
 		case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
-			return fmt.Errorf("kubevirt: %s has no %s API: is it installed?", host, what)
+			return fmt.Errorf("kubevirt: %s serves no %s API: %s is not installed there (this appliance speaks kubevirt.io/v1 VirtualMachines, built against KubeVirt %s, and cdi.kubevirt.io/v1beta1 DataVolumes, CDI %s); install it, or pick the cluster that has it with provision.kubevirt.context",
+				host, what, strings.Fields(what)[0], KubeVirtRelease, CDIRelease)
 		case apierrors.IsUnauthorized(err):
 			return fmt.Errorf("kubevirt: %s refused the kubeconfig's credentials (401)", host)
 		case apierrors.IsForbidden(err):
@@ -141,11 +142,11 @@ func (p *Provider) probe(ctx context.Context, host string) error {
 		}
 		return p.redact.errorf("kubevirt: %s: list %s in namespace %s: %w%s", host, what, p.opts.Namespace, err, hint)
 	}
-	if err := check("KubeVirt VirtualMachine", &kubevirtv1.VirtualMachineList{}); err != nil {
+	if err := check("KubeVirt "+KubeVirtAPI+" VirtualMachine", &kubevirtv1.VirtualMachineList{}); err != nil {
 		return err
 	}
 	if !p.opts.EphemeralContainerDisk {
-		return check("CDI DataVolume", &cdiv1.DataVolumeList{})
+		return check("CDI "+CDIAPI+" DataVolume", &cdiv1.DataVolumeList{})
 	}
 	return nil
 }
@@ -661,8 +662,9 @@ func (p *Provider) waitDestroyed(ctx context.Context, sel []client.ListOption) e
 	// Short first looks, then p.poll: with a garbage collector at work the
 	// objects go within a second, and a fixed 2 s poll was most of destroy.
 	every := min(50*time.Millisecond, p.poll)
+	var left []string
 	for {
-		var left []string
+		var now []string
 		for _, k := range []struct {
 			kind string
 			list client.ObjectList
@@ -672,12 +674,18 @@ func (p *Provider) waitDestroyed(ctx context.Context, sel []client.ListOption) e
 			{"persistentvolumeclaim", &corev1.PersistentVolumeClaimList{}},
 		} {
 			if err := p.c.List(ctx, k.list, sel...); err != nil {
+				if ctx.Err() != nil && len(left) > 0 {
+					break // the wait is over: report what was left last time
+				}
 				return p.errf("kubevirt: destroy: wait: %w", err)
 			}
 			objs, _ := meta.ExtractList(k.list)
 			for _, o := range objs {
-				left = append(left, k.kind+"/"+o.(client.Object).GetName())
+				now = append(now, k.kind+"/"+o.(client.Object).GetName())
 			}
+		}
+		if ctx.Err() == nil {
+			left = now
 		}
 		if len(left) == 0 {
 			return nil
