@@ -28,7 +28,8 @@ func Dnsmasq(cfg *cluster.Config, opts Options) (string, error) {
 	b.WriteString(header("#", cfg, opts, "dnsmasq configuration"))
 	b.WriteString("# Run it as `dnsmasq --conf-file=THIS_FILE` (it replaces /etc/dnsmasq.conf).\n\n")
 
-	b.WriteString("# DNS: names in the cluster domain are answered from here or not at all.\n")
+	b.WriteString("# DNS: names in the cluster domain are answered from here or not at all\n" +
+		"# (no SOA or NS at its apex: dnsmasq is no zone's authority; bind/ is).\n")
 	fmt.Fprintf(&b, "local=/%s/\n", domain)
 	fmt.Fprintf(&b, "local-ttl=%d\n", dnsserver.DefaultTTL)
 	if len(cfg.Network.UpstreamDNS) > 0 {
@@ -43,6 +44,10 @@ func Dnsmasq(cfg *cluster.Config, opts Options) (string, error) {
 	if vips := cfg.Network.APIVIPs; len(vips) > 0 {
 		fmt.Fprintf(&b, "host-record=api.%s,api-int.%s,%s\n", domain, domain, addrList(vips))
 	}
+	// address= holds addresses only: other types of *.apps names, and a
+	// family without an ingress VIP, are NXDOMAIN where appliance dns says
+	// NODATA; and apps.DOMAIN itself gets the VIP too.
+	b.WriteString("# *.apps: dnsmasq answers other types (and a family without an ingress VIP) with NXDOMAIN.\n")
 	for _, v := range cfg.Network.IngressVIPs {
 		fmt.Fprintf(&b, "address=/apps.%s/%s\n", domain, v)
 	}
@@ -56,11 +61,13 @@ func Dnsmasq(cfg *cluster.Config, opts Options) (string, error) {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString("# Nodes by FQDN and short name; a short name is answered here too, never forwarded.\n")
 	for _, n := range cfg.Nodes {
 		if len(n.IPs) == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "host-record=%s.%s,%s,%s\n", strings.ToLower(n.Name), domain, strings.ToLower(n.Name), addrList(n.IPs))
+		short := strings.ToLower(n.Name)
+		fmt.Fprintf(&b, "host-record=%s.%s,%s,%s\nlocal=/%s/\n", short, domain, short, addrList(n.IPs), short)
 	}
 
 	b.WriteString("\n# DHCP: authoritative for the machine network; a reservation per node with a MAC.\n")

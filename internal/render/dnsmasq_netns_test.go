@@ -3,11 +3,15 @@ package render
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
@@ -122,4 +126,131 @@ func waitBound(t *testing.T, dir string, timeout time.Duration) map[string]strin
 	}
 	t.Fatalf("dhclient was not BOUND within %v", timeout)
 	return nil
+}
+
+// exchangeIn asks addr from inside node n's namespace.
+func exchangeIn(t *testing.T, n *netlab.Node, addr string, q dns.Question) *dns.Msg {
+	t.Helper()
+	m := new(dns.Msg)
+	m.Question = []dns.Question{q}
+	m.Id = dns.Id()
+	m.RecursionDesired = true
+	c := &dns.Client{Timeout: 3 * time.Second}
+	var err error
+	for range 3 {
+		var conn *dns.Conn
+		if err = n.Do(func() error {
+			var err error
+			conn, err = c.Dial(addr)
+			return err
+		}); err != nil {
+			continue
+		}
+		var r *dns.Msg
+		r, _, err = c.ExchangeWithConn(m, conn)
+		conn.Close()
+		if err == nil {
+			return r
+		}
+	}
+	t.Fatalf("%s %s to %s in %s: %v", q.Name, dns.TypeToString[q.Qtype], addr, n.Name, err)
+	return nil
+}
+
+// replyText is a reply's rcode and answer records, owner names lower-cased
+// and sorted: what a stub resolver acts on.
+func replyText(m *dns.Msg) string {
+	var s []string
+	for _, rr := range m.Answer {
+		s = append(s, strings.ToLower(rr.String()))
+	}
+	slices.Sort(s)
+	return dns.RcodeToString[m.Rcode] + " [" + strings.Join(s, "; ") + "]"
+}
+
+// TestDnsmasqAnswersAsApplianceDNS asks dnsmasq, started from the rendered
+// config, and `appliance dns` every cluster question, short node names
+// included, and wants the same rcode and answers. dnsmasq is no zone's
+// authority here, so negative replies carry no SOA; that is not compared.
+func TestDnsmasqAnswersAsApplianceDNS(t *testing.T) {
+	need(t, "dnsmasq")
+	for _, name := range testCases {
+		t.Run(name, func(t *testing.T) {
+			cfg := mustCfg(t, name)
+			var v4 netip.Prefix
+			for _, p := range cfg.Network.MachineCIDRs {
+				if p.Addr().Is4() {
+					v4 = p
+				}
+			}
+			lab := netlab.NewT(t, netlab.Options{Nodes: 1, Name: "rdnsmasqdns", IPv4: v4})
+			n0 := lab.Nodes[0]
+			out, _ := renderTo(t, name)
+			run := t.TempDir()
+			if _, err := n0.Start(context.Background(), "dnsmasq", "--keep-in-foreground", "--log-facility=-",
+				"--user=root", "--conf-file="+filepath.Join(out, "dnsmasq", "dnsmasq.conf"),
+				"--pid-file="+filepath.Join(run, "dnsmasq.pid"), "--dhcp-leasefile="+filepath.Join(run, "leases")); err != nil {
+				t.Fatal(err)
+			}
+			dnsmasq := netip.AddrPortFrom(n0.IPv4.Addr(), 53).String()
+			appliance := startApplianceDNS(t, cfg)
+			qs := clusterQuestions(cfg)
+			for _, n := range cfg.Nodes {
+				qs = append(qs, dns.Question{Name: n.Name + ".", Qtype: dns.TypeA, Qclass: dns.ClassINET},
+					dns.Question{Name: n.Name + ".", Qtype: dns.TypeAAAA, Qclass: dns.ClassINET})
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for _, q := range qs {
+				got := replyText(exchangeIn(t, n0, dnsmasq, q))
+				for got == "REFUSED []" && time.Now().Before(deadline) { // still starting
+					time.Sleep(50 * time.Millisecond)
+					got = replyText(exchangeIn(t, n0, dnsmasq, q))
+				}
+				want, ok := dnsmasqDiffers(cfg, q)
+				if !ok {
+					want = replyText(exchange(t, appliance, q))
+				}
+				if got != want {
+					t.Errorf("%s %s:\ndnsmasq:   %s\nappliance: %s", q.Name, dns.TypeToString[q.Qtype], got, want)
+				}
+			}
+		})
+	}
+}
+
+// dnsmasqDiffers gives dnsmasq's reply where it cannot say what appliance
+// dns says (README, `appliance render`): it has no SOA or NS at the zone apex
+// (it is no zone's authority), it answers apps.DOMAIN itself like *.apps,
+// and a *.apps name of a type without an ingress VIP is NXDOMAIN instead of
+// NODATA (address= holds addresses only).
+func dnsmasqDiffers(cfg *cluster.Config, q dns.Question) (string, bool) {
+	zone := dns.Fqdn(cfg.Cluster.Domain())
+	name := strings.ToLower(q.Name)
+	hasFamily := func(t uint16) bool {
+		for _, v := range cfg.Network.IngressVIPs {
+			if (t == dns.TypeA && v.Is4()) || (t == dns.TypeAAAA && v.Is6()) {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case name == zone && (q.Qtype == dns.TypeSOA || q.Qtype == dns.TypeNS):
+		return "NOERROR []", true
+	case name == "apps."+zone || strings.HasSuffix(name, ".apps."+zone):
+		if hasFamily(q.Qtype) {
+			if name == "apps."+zone {
+				var rrs []string
+				for _, v := range cfg.Network.IngressVIPs {
+					if hasFamily(q.Qtype) && v.Is4() == (q.Qtype == dns.TypeA) {
+						rrs = append(rrs, fmt.Sprintf("%s\t%d\tin\t%s\t%s", name, 30, strings.ToLower(dns.TypeToString[q.Qtype]), v))
+					}
+				}
+				return "NOERROR [" + strings.Join(rrs, "; ") + "]", true
+			}
+			return "", false
+		}
+		return "NXDOMAIN []", true
+	}
+	return "", false
 }
