@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"appliance/internal/netlab"
@@ -16,7 +17,7 @@ import (
 // new bridge whose port is the old interface (as OVN-Kubernetes does with
 // br-ex): mDNS re-binds there within a loose bound, and a peer started
 // afterwards learns the node (its query is heard on the bridge) and is
-// learned by it.
+// learned by it. Moved back, with the bridge deleted, mDNS follows again.
 func TestMDNSFollowsAddressToBridge(t *testing.T) {
 	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "mdnsbr"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -68,6 +69,29 @@ func TestMDNSFollowsAddressToBridge(t *testing.T) {
 	}
 	waitMembers(t, n0, []string{"master-1", "master-2"}, 5*time.Second)
 	t.Logf("peer started after the move learned and was learned within %v", time.Since(moved).Round(time.Millisecond))
+
+	// And back: the address returns to eth0 and the bridge goes away.
+	for _, args := range [][]string{
+		{"addr", "del", addr, "dev", "br-ex"},
+		{"link", "set", node.Iface, "nomaster"},
+		{"addr", "add", addr, "dev", node.Iface},
+		{"link", "del", "br-ex"},
+	} {
+		if _, err := node.Run(ctx, "ip", args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, "mDNS re-bound on eth0", 3*time.Second, func() bool {
+		st := n0.mdns().Status()
+		return st.Interface == node.Iface && slices.Contains(st.Sockets, "ipv4")
+	})
+	// master-0 hears a query on eth0 again and answers it.
+	if got := mdnsQuery(t, lab.Nodes[1], "master-0.local.", dns.TypeA); !slices.Equal(got, []string{node.IPv4.Addr().String()}) {
+		t.Fatalf("mDNS master-0.local after moving back: %v", got)
+	}
+	if got := testutil.ToFloat64(n0.mdns().m.mdnsRebinds); got < 2 {
+		t.Fatalf("rebinds counted: %v, want at least 2", got)
+	}
 }
 
 // TestMDNSReaderReopens closes a reader's socket from under it: the reader
