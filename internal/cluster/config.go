@@ -53,6 +53,9 @@ const (
 	DefaultDHCPLeaseTime = time.Hour
 	// DefaultDHCPLeaseFile keeps the dynamic pool's leases across restarts.
 	DefaultDHCPLeaseFile = "/var/lib/appliance/dhcp-leases.json"
+	// DefaultIngressHealthURL is the ingress router's readiness endpoint on
+	// its node (OpenShift's router serves it on 1936).
+	DefaultIngressHealthURL = "http://127.0.0.1:1936/healthz/ready"
 )
 
 // Config is the validated cluster model. Parse, ParseInstallConfig and Load
@@ -119,6 +122,11 @@ type Node struct {
 
 // VRRP configures the virtual routers for the API and ingress VIPs.
 type VRRP struct {
+	// Enabled runs the VIPs in `appliance run` (default true).
+	Enabled bool
+	// IngressHealthURL is the ingress router's readiness, tracked by the
+	// ingress VIP: a node whose router is not ready never holds it.
+	IngressHealthURL string
 	// Mode is VRRPModeNative or VRRPModeKeepalivedOpenShift.
 	Mode string
 	// Version is 2 or 3.
@@ -147,6 +155,7 @@ type VRRP struct {
 // (reservations come from Nodes, router from Network.Gateway, domain from
 // Cluster).
 type DHCP struct {
+	Enabled       bool          // serve DHCP in `appliance run` (default false)
 	LeaseTime     time.Duration // option 51
 	LeaseFile     string        // where pool leases are kept (reservations need none)
 	Pool          Range         // dynamic pool for hosts without a reservation; zero: off
@@ -169,6 +178,7 @@ const (
 
 // LB configures the API and Machine Config Server load balancer.
 type LB struct {
+	Enabled  bool   // run the LB in `appliance run` (default true)
 	Balance  string // LBRoundRobin (default) or LBLeastConn
 	MCS      bool   // balance the Machine Config Server too (default true)
 	Redirect bool   // install the nftables VIP redirect (default true)
@@ -176,7 +186,8 @@ type LB struct {
 
 // DNS configures the cluster DNS service.
 type DNS struct {
-	MDNS bool // publish this node and learn the others with multicast DNS
+	Enabled bool // serve DNS in `appliance run` (default true)
+	MDNS    bool // publish this node and learn the others with multicast DNS
 }
 
 // Admin configures the admin HTTP listener.

@@ -325,9 +325,10 @@ func TestParseGood(t *testing.T) {
 					{Name: "master-0", Role: RoleMaster, MAC: mac("52:54:00:7e:00:10"), IPs: []netip.Addr{netip.MustParseAddr("192.168.126.10"), netip.MustParseAddr("fd00:126::10")}},
 					{Name: "worker-0", Role: RoleWorker, MAC: mac("52:54:00:7e:00:20"), IPs: []netip.Addr{netip.MustParseAddr("192.168.126.20")}},
 				},
-				VRRP:  VRRP{Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
+				VRRP:  VRRP{Enabled: true, IngressHealthURL: DefaultIngressHealthURL, Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
 				DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
-				LB:    LB{Balance: LBRoundRobin, MCS: true, Redirect: true},
+				LB:    LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true},
+				DNS:   DNS{Enabled: true},
 				Admin: Admin{Listen: DefaultAdminListen},
 			}
 			if !reflect.DeepEqual(c, want) {

@@ -35,9 +35,10 @@ func TestInstallConfigTestdata(t *testing.T) {
 			{Name: "worker-0", Role: RoleWorker, MAC: mac("52:54:00:7e:00:20")},
 			{Name: "worker-1", Role: RoleWorker, MAC: mac("52:54:00:7e:00:21")},
 		},
-		VRRP:  VRRP{Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
+		VRRP:  VRRP{Enabled: true, IngressHealthURL: DefaultIngressHealthURL, Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
 		DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
-		LB:    LB{Balance: LBRoundRobin, MCS: true, Redirect: true},
+		LB:    LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true},
+		DNS:   DNS{Enabled: true},
 		Admin: Admin{Listen: DefaultAdminListen},
 	}
 	if !reflect.DeepEqual(c, want) {

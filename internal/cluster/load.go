@@ -104,13 +104,15 @@ type rawConfig struct {
 }
 
 type rawLB struct {
+	Enabled  *bool  `json:"enabled"`
 	Balance  string `json:"balance"`
 	MCS      *bool  `json:"mcs"`
 	Redirect *bool  `json:"redirect"`
 }
 
 type rawDNS struct {
-	MDNS *bool `json:"mdns"`
+	Enabled *bool `json:"enabled"`
+	MDNS    *bool `json:"mdns"`
 }
 
 type rawCluster struct {
@@ -146,9 +148,13 @@ type rawVRRP struct {
 	AuthPass       string   `json:"authPass"`
 	UnicastPeers   []string `json:"unicastPeers"`
 	Priority       int      `json:"priority"`
+	// The switches of `appliance run`, after the protocol's fields.
+	Enabled          *bool  `json:"enabled"`
+	IngressHealthURL string `json:"ingressHealthURL"`
 }
 
 type rawDHCP struct {
+	Enabled       *bool     `json:"enabled"`
 	LeaseTime     string    `json:"leaseTime"`
 	LeaseFile     string    `json:"leaseFile"`
 	Pool          *rawRange `json:"pool"`

@@ -122,6 +122,15 @@ func (v *validator) lbAndDNS(r *rawConfig, c *Config) {
 	c.LB.MCS = orDefault(r.LB.MCS, true)
 	c.LB.Redirect = orDefault(r.LB.Redirect, true)
 	c.DNS.MDNS = orDefault(r.DNS.MDNS, false)
+	c.LB.Enabled = orDefault(r.LB.Enabled, true)
+	c.DNS.Enabled = orDefault(r.DNS.Enabled, true)
+	c.VRRP.Enabled = orDefault(r.VRRP.Enabled, true)
+	c.DHCP.Enabled = orDefault(r.DHCP.Enabled, false)
+	c.VRRP.IngressHealthURL = DefaultIngressHealthURL
+	if u := r.VRRP.IngressHealthURL; u != "" {
+		v.httpURL("vrrp.ingressHealthURL", u)
+		c.VRRP.IngressHealthURL = u
+	}
 }
 
 // dhcp validates the dhcp section; everything in it is optional.

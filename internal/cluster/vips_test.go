@@ -198,11 +198,11 @@ network: {machineCIDR: 192.168.126.0/24, apiVIPs: [192.168.126.5]}
 lb: {balance: leastconn, mcs: false, redirect: false}
 dns: {mdns: true}
 `)
-	if cfg.LB != (LB{Balance: LBLeastConn}) || !cfg.DNS.MDNS {
+	if cfg.LB != (LB{Enabled: true, Balance: LBLeastConn}) || !cfg.DNS.MDNS || !cfg.DNS.Enabled {
 		t.Errorf("lb %+v dns %+v", cfg.LB, cfg.DNS)
 	}
 	def := mustParseVIPs(t, dualStack)
-	if def.LB != (LB{Balance: LBRoundRobin, MCS: true, Redirect: true}) || def.DNS.MDNS {
+	if def.LB != (LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true}) || def.DNS.MDNS || def.DHCP.Enabled || !def.VRRP.Enabled {
 		t.Errorf("defaults: lb %+v dns %+v", def.LB, def.DNS)
 	}
 }
