@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,10 +20,6 @@ import (
 // and authoritative DHCP with a reservation for every node that has a MAC,
 // the same answers `appliance dns` and `appliance dhcp` give.
 func Dnsmasq(cfg *cluster.Config, opts Options) (string, error) {
-	d, err := dhcp.FromCluster(cfg)
-	if err != nil {
-		return "", fmt.Errorf("render: dnsmasq: %w", err)
-	}
 	domain := cfg.Cluster.Domain()
 	var b strings.Builder
 	b.WriteString(header("#", cfg, opts, "dnsmasq configuration"))
@@ -70,6 +67,15 @@ func Dnsmasq(cfg *cluster.Config, opts Options) (string, error) {
 		fmt.Fprintf(&b, "host-record=%s.%s,%s,%s\nlocal=/%s/\n", short, domain, short, addrList(n.IPs), short)
 	}
 
+	if !slices.ContainsFunc(cfg.Network.MachineCIDRs, func(p netip.Prefix) bool { return p.Addr().Is4() }) {
+		// appliance dhcp serves DHCPv4 only; neither does this.
+		b.WriteString("\n# DHCP: none, the machine network has no IPv4 prefix.\n")
+		return b.String(), nil
+	}
+	d, err := dhcp.FromCluster(cfg)
+	if err != nil {
+		return "", fmt.Errorf("render: dnsmasq: %w", err)
+	}
 	b.WriteString("\n# DHCP: authoritative for the machine network; a reservation per node with a MAC.\n")
 	if ifc := iface(cfg, opts); ifc != "" {
 		fmt.Fprintf(&b, "interface=%s\nbind-dynamic\n", ifc)

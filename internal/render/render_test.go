@@ -13,7 +13,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // testCases are the configs every test renders: testdata/NAME.yaml.
-var testCases = []string{"single", "dualstack"}
+var testCases = []string{"single", "dualstack", "ipv6only"}
 
 func loadCase(t *testing.T, name string) (*cluster.Config, Options) {
 	t.Helper()
