@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	stdlog "log"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
+	"appliance/internal/service"
 )
 
 func init() { serviceCmds = append(serviceCmds, newDNSCmd) }
@@ -60,13 +60,13 @@ this node's own addresses, re-read when it changes.`,
 			default:
 				return fmt.Errorf("dns: --role %q is not bootstrap, master or worker", f.role)
 			}
-			services := []func(context.Context) error{}
+			var stages []service.Stage
 			if mo.Enabled {
 				// Only mDNS needs to know which node this is: without it the
 				// server runs on any machine.
 				h := host.New(cfg, host.Options{Node: mo.Node, Role: mo.Role, Interface: mo.Interface}, "", log)
 				mo.Host = h
-				services = append(services, h.Run)
+				stages = append(stages, service.Stage{service.Func{ID: "host", RunFunc: h.Run, StatusFn: func() any { return h.View() }}})
 			}
 			srv, err := dnsserver.New(cfg, state, dnsserver.Options{
 				Listen: f.listen, ResolvConf: f.resolvConf, QueryLog: f.queryLog, MDNS: mo,
@@ -86,12 +86,14 @@ this node's own addresses, re-read when it changes.`,
 				}
 			}
 			listen := adminListen(cmd, f.adminListen, cfg)
-			return serve(cmd.Context(), admin.Options{
-				Listen: listen, Registry: reg, Ready: srv.Ready,
+			// DNS stops before the node's view it reads.
+			stages = append([]service.Stage{{dnsService(srv)}}, stages...)
+			return service.Run(cmd.Context(), log, service.Options{
+				Admin: admin.Options{Listen: listen, Registry: reg},
 				// Each member shows its Source (config, mdns, kubernetes); refused
 				// mDNS claims are under dns.mdns.
-				Status: func() any { return map[string]any{"dns": srv.Status(), "members": state.Snapshot().Members} },
-			}, log, append(services, srv.Run)...)
+				Extra: map[string]func() any{"members": func() any { return state.Snapshot().Members }},
+			}, stages...)
 		},
 	}
 	fl := cmd.Flags()

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 
-	"appliance/internal/admin"
 	"appliance/internal/cluster"
 )
 
@@ -66,22 +63,6 @@ func adminListen(cmd *cobra.Command, flagValue string, cfg *cluster.Config) stri
 		return flagValue
 	}
 	return cfg.Admin.Listen
-}
-
-// serve runs services next to the admin listener until ctx ends or one of
-// them fails; the listener binds first, so a port clash stops everything
-// before a service starts.
-func serve(ctx context.Context, opts admin.Options, log *slog.Logger, services ...func(context.Context) error) error {
-	adm, err := admin.New(opts, log)
-	if err != nil {
-		return err
-	}
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return adm.Run(ctx) })
-	for _, run := range services {
-		eg.Go(func() error { return run(ctx) })
-	}
-	return eg.Wait()
 }
 
 // logger builds the process logger from the global flags.

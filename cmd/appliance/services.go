@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"appliance/dhcp"
+	"appliance/dnsserver"
 	"appliance/internal/host"
 	"appliance/internal/service"
 	"appliance/lb"
@@ -99,6 +100,10 @@ func lbService(l *lb.LB) service.Service {
 	return service.Func{ID: "lb", RunFunc: l.Run,
 		ReadyFn:  func() error { return l.Ready(context.Background()) },
 		StatusFn: func() any { return l.Status() }}
+}
+
+func dnsService(s *dnsserver.Server) service.Service {
+	return service.Func{ID: "dns", RunFunc: s.Run, ReadyFn: s.Ready, StatusFn: func() any { return s.Status() }}
 }
 
 func dhcpService(s *dhcp.Server) service.Service {
