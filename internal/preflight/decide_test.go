@@ -316,6 +316,7 @@ func TestDecidePort(t *testing.T) {
 		{"taken, holder known", PortObservation{Spec: spec, Err: inUse, Holder: "dnsmasq (pid 812)"}, StatusFail,
 			[]string{"dnsmasq (pid 812)", "cluster DNS"}},
 		{"taken", PortObservation{Spec: spec, Err: inUse}, StatusFail, []string{"another program"}},
+		{"taken by the appliance", PortObservation{Spec: spec, Err: inUse, Holder: "appliance (pid 9)"}, StatusWarn, []string{"already runs"}},
 		{"not root", PortObservation{Spec: spec, Err: fmt.Errorf("bind: %w", syscall.EACCES)}, StatusSkipped, []string{"root"}},
 		{"bad address", PortObservation{Spec: spec, Err: fmt.Errorf("bind: %w", syscall.EADDRNOTAVAIL)}, StatusFail, []string{"not on this machine"}},
 		{"other", PortObservation{Spec: spec, Err: errors.New("odd")}, StatusWarn, []string{"odd"}},
@@ -354,4 +355,15 @@ func TestProbeSizes(t *testing.T) {
 	if got := fmt.Sprint(ProbeSizes(9000)); got != "[9000 1500 1492 1450 1400 1280]" {
 		t.Errorf("ProbeSizes(9000) = %s", got)
 	}
+}
+
+func TestDecideResolver(t *testing.T) {
+	down := NameObservation{Resolver: "192.168.126.1:53", Name: "api.ocp4.example.com",
+		A: DNSAnswer{Err: errors.New("i/o timeout")}, AAAA: DNSAnswer{Err: errors.New("i/o timeout")}}
+	expect(t, DecideResolver("dhcp.dns", down), "dns.resolver", StatusFail, "192.168.126.1:53", "dhcp.dns", "i/o timeout")
+	half := down
+	half.AAAA = DNSAnswer{Rcode: "NOERROR"}
+	expect(t, DecideResolver("dhcp.dns", half), "dns.resolver", StatusPass, "answers")
+	up := NameObservation{Resolver: "192.168.126.1:53", A: DNSAnswer{Rcode: "NXDOMAIN"}, AAAA: DNSAnswer{Rcode: "NXDOMAIN"}}
+	expect(t, DecideResolver("--resolver", up), "dns.resolver", StatusPass, "--resolver")
 }

@@ -35,6 +35,21 @@ type dnsDetails struct {
 	Error    string       `json:"error,omitempty"`
 }
 
+// DecideResolver checks that the resolver answers at all, from the first
+// query (api's): when it does not, every name check would fail the same way,
+// so the run reports it once and skips them. from says where the resolver
+// came from (--resolver, dhcp.dns, a resolv.conf).
+func DecideResolver(from string, o NameObservation) Result {
+	id := IDDNS + ".resolver"
+	d := dnsDetails{Resolver: o.Resolver, Name: o.Name, Rcode: o.A.Rcode}
+	if o.A.Err != nil && o.AAAA.Err != nil {
+		d.Error = o.A.Err.Error()
+		return fail(id, "resolver %s (from %s) does not answer: %v; the nodes cannot resolve through it: start it, open port 53, or give the right one in dhcp.dns",
+			o.Resolver, from, o.A.Err).with(d)
+	}
+	return pass(id, "resolver %s (from %s) answers", o.Resolver, from).with(d)
+}
+
 // DecideName checks that name resolves to exactly want (both families:
 // a family without a wanted address must answer no address). what says
 // where the addresses come from in the config, for the fix.

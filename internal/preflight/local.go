@@ -81,6 +81,9 @@ func DecidePort(o PortObservation) Result {
 	switch {
 	case o.Err == nil:
 		return pass(id, "%s/%s is free for the %s", o.Spec.Addr, o.Spec.Proto, o.Spec.Purpose).with(d)
+	case errors.Is(o.Err, syscall.EADDRINUSE) && strings.HasPrefix(o.Holder, "appliance "):
+		return warn(id, "%s/%s is held by %s: the appliance already runs on this node; stop it to check the port for a fresh install",
+			o.Spec.Addr, o.Spec.Proto, o.Holder).with(d)
 	case errors.Is(o.Err, syscall.EADDRINUSE):
 		who := "another program"
 		if o.Holder != "" {

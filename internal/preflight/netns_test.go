@@ -55,7 +55,7 @@ func runChild(s string) int {
 var testOptions = Options{
 	Timeout:    20 * time.Second,
 	ProbeWait:  600 * time.Millisecond,
-	DHCPWait:   5 * time.Second, // dnsmasq offers 3 s after a DISCOVER, once its ping found the address free
+	DHCPWait:   time.Second, // TestNetnsRogueDHCP waits longer
 	VRRPListen: 1500 * time.Millisecond,
 	Listens:    Listens{DNS: ":53", DHCP: ":67", APILB: ":9445", MCSLB: ":9446"},
 	// n1's address: DNS queries stay inside the lab even where no test
@@ -185,7 +185,9 @@ func TestNetnsRogueDHCP(t *testing.T) {
 	}
 	defer p.Kill()
 	waitListening(t, rogue, "udp", 67)
-	rs := runPreflight(t, n0, labConfig(lab, ""), testOptions)
+	opts := testOptions
+	opts.DHCPWait = 5 * time.Second // dnsmasq offers 3 s after a DISCOVER, once its ping found the address free
+	rs := runPreflight(t, n0, labConfig(lab, ""), opts)
 	want(t, rs, IDDHCP, StatusFail, "192.168.126.11")
 }
 
@@ -317,6 +319,18 @@ func TestNetnsCleanSegment(t *testing.T) {
 			t.Errorf("check %s did not run", id)
 		}
 	}
+}
+
+// TestNetnsMTUMismatch: the node's interface claims jumbo frames but the
+// switch port (the bridge's veth) carries 1500 bytes; preflight says so.
+func TestNetnsMTUMismatch(t *testing.T) {
+	t.Parallel()
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfmtu"})
+	n0, gw := lab.Nodes[0], lab.Nodes[1]
+	ipIn(t, gw, "addr", "add", "192.168.126.1/24", "dev", "eth0")
+	ipIn(t, n0, "link", "set", "eth0", "mtu", "9000")
+	rs := runPreflight(t, n0, labConfig(lab, ""), testOptions)
+	want(t, rs, IDMTU, StatusFail, "MTU 9000", "only 1500-byte", "192.168.126.1")
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

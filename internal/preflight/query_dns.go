@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -47,13 +48,15 @@ func Query(ctx context.Context, resolver netip.AddrPort, name string, qtype uint
 	return ans
 }
 
-// LookupName asks for both families of name.
+// LookupName asks for both families of name, at once so a silent
+// resolver costs one timeout, not two.
 func LookupName(ctx context.Context, resolver netip.AddrPort, name string) NameObservation {
-	return NameObservation{
-		Resolver: resolver.String(), Name: name,
-		A:    Query(ctx, resolver, name, dns.TypeA),
-		AAAA: Query(ctx, resolver, name, dns.TypeAAAA),
-	}
+	o := NameObservation{Resolver: resolver.String(), Name: name}
+	var wg sync.WaitGroup
+	wg.Go(func() { o.AAAA = Query(ctx, resolver, name, dns.TypeAAAA) })
+	o.A = Query(ctx, resolver, name, dns.TypeA)
+	wg.Wait()
+	return o
 }
 
 // LookupPTR asks for addr's PTR records.

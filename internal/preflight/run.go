@@ -93,6 +93,10 @@ func Run(ctx context.Context, path string, opts Options) []Result {
 // the longest listening window.
 func RunConfig(ctx context.Context, cfg *cluster.Config, opts Options) []Result {
 	opts.defaults()
+	// Listening windows fit inside the run's bound, so a short --timeout
+	// shortens them rather than cutting every check off mid-way.
+	limit := opts.Timeout * 8 / 10
+	opts.ProbeWait, opts.DHCPWait, opts.VRRPListen = min(opts.ProbeWait, limit), min(opts.DHCPWait, limit), min(opts.VRRPListen, limit)
 	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	log := opts.Log
@@ -256,11 +260,15 @@ func dnsChecks(ctx context.Context, cfg *cluster.Config, opts Options) []Result 
 	_, _ = rand.Read(r[:])
 	stray := randomLabel("preflight-", r) + "." + dom
 
+	api := LookupName(ctx, srv, "api."+dom)
+	first := DecideResolver(from, api)
+	if first.Status == StatusFail {
+		return []Result{first, skipped(IDDNS, "names not checked: the resolver does not answer (see check %s)", first.ID)}
+	}
 	type job func() Result
 	jobs := []job{
-		func() Result {
-			return DecideName(IDDNS+".api", LookupName(ctx, srv, "api."+dom), cfg.Network.APIVIPs, "network.apiVIPs")
-		},
+		func() Result { return first },
+		func() Result { return DecideName(IDDNS+".api", api, cfg.Network.APIVIPs, "network.apiVIPs") },
 		func() Result {
 			return DecideName(IDDNS+".api-int", LookupName(ctx, srv, "api-int."+dom), cfg.Network.APIVIPs, "network.apiVIPs")
 		},
