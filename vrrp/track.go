@@ -2,10 +2,8 @@ package vrrp
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"appliance/internal/health"
 )
 
 // Tracking defaults, applied by NewTrackSet to zero fields.
@@ -40,10 +40,10 @@ type FuncProbe func(ctx context.Context) error
 func (f FuncProbe) Probe(ctx context.Context) error { return f(ctx) }
 
 // HTTPProbe is healthy when a GET of URL answers with the expected status.
-// Redirects are not followed: the first response counts. Keep-alives are off
-// so that every probe opens a new connection and a server that died behind
-// an open connection is noticed; the body is drained (up to 64 KiB) and
-// closed. Environment proxies are ignored: a health check is always local.
+// It is a health.HTTPCheck, the same check the load balancer runs on its
+// backends: redirects are not followed, every probe opens a new connection
+// so a server that died behind an open connection is noticed, the body is
+// drained (up to 64 KiB) and closed, and environment proxies are ignored.
 type HTTPProbe struct {
 	URL string
 	// ExpectStatus is the status code that means healthy; 0 accepts any 2xx.
@@ -55,48 +55,21 @@ type HTTPProbe struct {
 	// Timeout bounds one probe; 0 leaves it to ctx (TrackSpec.Timeout).
 	Timeout time.Duration
 	// Client replaces the default client; InsecureSkipVerify is then ignored.
-	// Requests still ask for the connection to be closed.
+	// Requests still ask for the connection to be closed, and redirects are
+	// still not followed.
 	Client *http.Client
 }
 
 // Probe implements Probe.
 func (p HTTPProbe) Probe(ctx context.Context) error {
-	if p.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
-		defer cancel()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", p.URL, err)
-	}
-	req.Close = true
-	req.Header.Set("User-Agent", "appliance-vrrp-track")
-	c := p.Client
-	if c == nil {
-		c = &http.Client{
-			Transport: &http.Transport{
-				Proxy:             nil,
-				DisableKeepAlives: true,
-				// #nosec G402 -- opt-in, see the field's comment.
-				TLSClientConfig: &tls.Config{InsecureSkipVerify: p.InsecureSkipVerify, MinVersion: tls.VersionTLS12},
-			},
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return err // *url.Error already names the method and URL
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	switch {
-	case p.ExpectStatus != 0 && resp.StatusCode != p.ExpectStatus:
-		return fmt.Errorf("GET %s: status %d, want %d", p.URL, resp.StatusCode, p.ExpectStatus)
-	case p.ExpectStatus == 0 && (resp.StatusCode < 200 || resp.StatusCode > 299):
-		return fmt.Errorf("GET %s: status %d, want 2xx", p.URL, resp.StatusCode)
-	}
-	return nil
+	return health.HTTPCheck{
+		URL:                p.URL,
+		ExpectStatus:       p.ExpectStatus,
+		InsecureSkipVerify: p.InsecureSkipVerify,
+		Timeout:            p.Timeout,
+		UserAgent:          "appliance-vrrp-track",
+		Client:             p.Client,
+	}.Do(ctx)
 }
 
 // TCPProbe is healthy when a TCP connection to Addr (host:port) opens.
@@ -141,42 +114,16 @@ type TrackResult struct {
 	Since   time.Time `json:"since"`         // when Healthy took its current value
 }
 
-// hysteresis turns probe outcomes into a health flag that only flips after
-// Rise consecutive successes or Fall consecutive failures, so one lost probe
-// does not move a VIP. It starts unhealthy and needs Rise successes: a node
-// must not claim more priority (or leave FAULT) before its checks have shown
-// it can serve.
-type hysteresis struct {
-	rise, fall int
-	healthy    bool
-	streak     int // consecutive outcomes that disagree with healthy
-}
-
-// observe records one outcome and reports whether healthy flipped.
-func (h *hysteresis) observe(ok bool) (changed bool) {
-	if ok == h.healthy {
-		h.streak = 0
-		return false
-	}
-	h.streak++
-	need := h.rise
-	if h.healthy {
-		need = h.fall
-	}
-	if h.streak < max(need, 1) {
-		return false
-	}
-	h.healthy = ok
-	h.streak = 0
-	return true
-}
-
 type trackState struct {
-	spec  TrackSpec
-	h     hysteresis
+	spec TrackSpec
+	// h starts Down and needs Rise successes: a node must not claim more
+	// priority (or leave FAULT) before its checks have shown it can serve.
+	h     health.Hysteresis
 	err   string
 	since time.Time
 }
+
+func (t *trackState) healthy() bool { return t.h.State() == health.Up }
 
 // TrackSet runs a set of checks and folds them into an effective priority.
 // A nil or empty TrackSet adjusts nothing. Its methods are safe for
@@ -234,7 +181,7 @@ func NewTrackSet(specs []TrackSpec) (*TrackSet, error) {
 		}
 		s.tracks = append(s.tracks, trackState{
 			spec:  sp,
-			h:     hysteresis{rise: sp.Rise, fall: sp.Fall},
+			h:     health.NewHysteresis(sp.Rise, sp.Fall, health.Down),
 			err:   "not checked yet",
 			since: now,
 		})
@@ -316,7 +263,7 @@ func (s *TrackSet) record(i int, err error, now time.Time) bool {
 	if err != nil {
 		t.err = err.Error()
 	}
-	if !t.h.observe(err == nil) {
+	if !t.h.Observe(err == nil) {
 		return false
 	}
 	t.since = now
@@ -338,11 +285,11 @@ func (s *TrackSet) Adjust(base uint8) (prio uint8, fault bool) {
 		s.mu.Lock()
 		for _, t := range s.tracks {
 			switch w := t.spec.Weight; {
-			case w > 0 && t.h.healthy:
+			case w > 0 && t.healthy():
 				p += w
-			case w < 0 && !t.h.healthy:
+			case w < 0 && !t.healthy():
 				p += w
-			case w == 0 && !t.h.healthy:
+			case w == 0 && !t.healthy():
 				fault = true
 			}
 		}
@@ -358,7 +305,7 @@ func (s *TrackSet) fault() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, t := range s.tracks {
-		if t.spec.Weight == 0 && !t.h.healthy {
+		if t.spec.Weight == 0 && !t.healthy() {
 			return true
 		}
 	}
@@ -374,7 +321,7 @@ func (s *TrackSet) Results() []TrackResult {
 	defer s.mu.Unlock()
 	out := make([]TrackResult, len(s.tracks))
 	for i, t := range s.tracks {
-		out[i] = TrackResult{Name: t.spec.Name, Healthy: t.h.healthy, Weight: t.spec.Weight, Err: t.err, Since: t.since}
+		out[i] = TrackResult{Name: t.spec.Name, Healthy: t.healthy(), Weight: t.spec.Weight, Err: t.err, Since: t.since}
 	}
 	return out
 }

@@ -12,46 +12,42 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"appliance/internal/health"
 )
 
-func TestHysteresis(t *testing.T) {
-	// Each step: outcome, then the expected health and whether it flipped.
-	type step struct {
-		ok, healthy, changed bool
+// The fall/rise counting itself is tested in internal/health; here, that a
+// TrackSet's checks start unhealthy and need Rise successes, and that Fall
+// failures take them down again.
+func TestTrackSetRecord(t *testing.T) {
+	s, err := NewTrackSet([]TrackSpec{{Name: "a", Probe: FuncProbe(okProbe), Rise: 2, Fall: 3, Weight: 10}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	tests := []struct {
-		name       string
-		rise, fall int
-		steps      []step
+	fail := errors.New("down")
+	steps := []struct {
+		err     error
+		healthy bool
+		changed bool
 	}{
-		{"starts unhealthy, rises after 2", 2, 2, []step{
-			{true, false, false}, {true, true, true}, {true, true, false},
-		}},
-		{"one failure does not fall", 2, 2, []step{
-			{true, false, false}, {true, true, true}, {false, true, false}, {true, true, false}, {false, true, false}, {false, false, true},
-		}},
-		{"interrupted rise starts over", 3, 1, []step{
-			{true, false, false}, {true, false, false}, {false, false, false}, {true, false, false}, {true, false, false}, {true, true, true},
-		}},
-		{"rise 1 fall 1 follows every outcome", 1, 1, []step{
-			{true, true, true}, {false, false, true}, {false, false, false}, {true, true, true},
-		}},
-		{"failures while unhealthy change nothing", 2, 3, []step{
-			{false, false, false}, {false, false, false}, {true, false, false}, {true, true, true},
-			{false, true, false}, {false, true, false}, {false, false, true},
-		}},
+		{nil, false, false}, {fail, false, false}, {nil, false, false}, {nil, true, true},
+		{fail, true, false}, {fail, true, false}, {nil, true, false},
+		{fail, true, false}, {fail, true, false}, {fail, false, true},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := hysteresis{rise: tt.rise, fall: tt.fall}
-			for i, s := range tt.steps {
-				changed := h.observe(s.ok)
-				if changed != s.changed || h.healthy != s.healthy {
-					t.Fatalf("step %d observe(%v): healthy=%v changed=%v, want healthy=%v changed=%v",
-						i, s.ok, h.healthy, changed, s.healthy, s.changed)
-				}
-			}
-		})
+	t0 := time.Unix(1000, 0)
+	for i, st := range steps {
+		now := t0.Add(time.Duration(i) * time.Second)
+		changed := s.record(0, st.err, now)
+		r := s.Results()[0]
+		if changed != st.changed || r.Healthy != st.healthy {
+			t.Fatalf("step %d (err %v): healthy=%v changed=%v, want healthy=%v changed=%v", i, st.err, r.Healthy, changed, st.healthy, st.changed)
+		}
+		if changed && !r.Since.Equal(now) {
+			t.Errorf("step %d: Since %v, want %v", i, r.Since, now)
+		}
+		if (st.err != nil) != (r.Err != "") {
+			t.Errorf("step %d: Err %q after err %v", i, r.Err, st.err)
+		}
 	}
 }
 
@@ -96,7 +92,11 @@ func TestTrackSetAdjust(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, x := range tt.tracks {
-				s.tracks[i].h.healthy = x.healthy
+				st := health.Down
+				if x.healthy {
+					st = health.Up
+				}
+				s.tracks[i].h = health.NewHysteresis(1, 1, st)
 			}
 			prio, fault := s.Adjust(tt.base)
 			if prio != tt.wantPrio || fault != tt.wantFault {
