@@ -2,12 +2,12 @@ package lb
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
+
+	"appliance/internal/health"
 )
 
 // HealthOptions tune the health checks of a pool.
@@ -90,72 +90,33 @@ func (h HealthOptions) RemovalBound() time.Duration {
 	return h.Interval + time.Duration(h.Fall)*h.Timeout + time.Duration(h.Fall-1)*h.FastInterval
 }
 
-// HealthState is a backend's health as decided by the checks.
-type HealthState int
+// HealthState is a backend's health as decided by its checks: the state
+// shared with VRRP tracking, so both count Fall and Rise the same way. Its
+// values are those of the appliance_lb_backend_state gauge.
+type HealthState = health.State
 
 // Health states. A backend starts Unknown; its first check result decides
 // Up or Down directly, so a starting LB does not wait for Rise checks.
 const (
-	HealthUnknown HealthState = iota
-	HealthUp
-	HealthDown
+	HealthUnknown = health.Unknown
+	HealthUp      = health.Up
+	HealthDown    = health.Down
 )
 
-// String names the state for logs and /status.
-func (s HealthState) String() string {
-	switch s {
-	case HealthUp:
-		return "up"
-	case HealthDown:
-		return "down"
-	}
-	return "unknown"
+// newHysteresis is a backend's decision core: it starts Unknown so that the
+// first result decides.
+func (h HealthOptions) newHysteresis() health.Hysteresis {
+	return health.NewHysteresis(h.Rise, h.Fall, HealthUnknown)
 }
 
-// hysteresis is the pure decision core of a health check: it turns a stream
-// of probe results into state changes with fall/rise counts.
-type hysteresis struct {
-	state  HealthState
-	streak int // consecutive results contrary to state
-}
-
-// observe records one probe result and reports whether the state changed.
-func (h *hysteresis) observe(ok bool, fall, rise int) bool {
-	switch h.state {
-	case HealthUnknown:
-		h.state = map[bool]HealthState{true: HealthUp, false: HealthDown}[ok]
-		h.streak = 0
-		return true
-	case HealthUp:
-		if ok {
-			h.streak = 0
-			return false
-		}
-		h.streak++
-		if h.streak >= fall {
-			h.state, h.streak = HealthDown, 0
-			return true
-		}
-	case HealthDown:
-		if !ok {
-			h.streak = 0
-			return false
-		}
-		h.streak++
-		if h.streak >= rise {
-			h.state, h.streak = HealthUp, 0
-			return true
-		}
+// next is how long to wait before the next probe of a backend in state hy:
+// FastInterval while a change is in progress, so Fall and Rise are reached
+// quickly.
+func (h HealthOptions) next(hy *health.Hysteresis) time.Duration {
+	if hy.Settling() {
+		return h.FastInterval
 	}
-	return false
-}
-
-// next is how long to wait before the next probe.
-func (h *hysteresis) next(o HealthOptions) time.Duration {
-	if h.streak > 0 || h.state == HealthUnknown {
-		return o.FastInterval
-	}
-	return o.Interval
+	return h.Interval
 }
 
 // slowStartWeight is the weight (1..full) of a backend up since upSince.
@@ -179,10 +140,12 @@ type Prober interface {
 }
 
 // HTTPSProber GETs Path over TLS without verifying the certificate (the
-// backend's serving CA is not ours to hold) and wants a 200. Each probe uses
-// a fresh connection so a backend that died behind a kept-alive connection
-// is noticed; the dial goes through Dial so that tests and namespaces can
-// choose where it happens.
+// backend's serving CA is not ours to hold) and wants a 200. It is a
+// health.HTTPCheck, the check VRRP tracking runs too: each probe uses a
+// fresh connection so a backend that died behind a kept-alive connection
+// is noticed, and redirects and environment proxies are not followed. The
+// dial goes through Dial so that tests and namespaces can choose where it
+// happens.
 type HTTPSProber struct {
 	Path string
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -190,25 +153,14 @@ type HTTPSProber struct {
 
 // Probe implements Prober.
 func (p *HTTPSProber) Probe(ctx context.Context, addr string) error {
-	tr := &http.Transport{
-		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // health check of a backend whose CA we do not hold
-		DisableKeepAlives: true,
-		DialContext:       p.Dial,
-		Proxy:             nil,
-	}
-	defer tr.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+p.Path, nil)
+	err := health.HTTPCheck{
+		URL:                "https://" + addr + p.Path,
+		ExpectStatus:       http.StatusOK,
+		InsecureSkipVerify: true, // the backend's serving CA is not ours
+		Dial:               p.Dial,
+	}.Do(ctx)
 	if err != nil {
-		return fmt.Errorf("lb: probe %s: %w", addr, err)
-	}
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		return fmt.Errorf("lb: probe %s%s: %w", addr, p.Path, err)
-	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("lb: probe %s%s: status %d", addr, p.Path, resp.StatusCode)
+		return fmt.Errorf("lb: probe: %w", err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"appliance/internal/cluster"
+	"appliance/internal/health"
 )
 
 // Balancing algorithms.
@@ -58,7 +59,7 @@ type backend struct {
 	done   chan struct{}
 
 	// pool.mu
-	h       hysteresis
+	h       health.Hysteresis
 	upSince time.Time // zero: no slow start (first check, or never down)
 	active  int
 	cur     int // smooth weighted round-robin accumulator
@@ -143,7 +144,7 @@ func (p *Pool) setTargets(ctx context.Context, targets []BackendTarget) {
 		cctx, cancel := context.WithCancel(p.ctx)
 		// An address that does not parse fails every connect (and check).
 		ap, _ := netip.ParseAddrPort(t.Addr)
-		b := &backend{BackendTarget: t, ap: ap, cancel: cancel, done: make(chan struct{}), m: p.metrics.backend(p.name, t.Name)}
+		b := &backend{BackendTarget: t, ap: ap, cancel: cancel, done: make(chan struct{}), h: p.health.newHysteresis(), m: p.metrics.backend(p.name, t.Name)}
 		p.backends[name] = b
 		start = append(start, b)
 		go p.checkLoop(cctx, b)
@@ -208,9 +209,9 @@ func (p *Pool) record(b *backend, err error) time.Duration {
 	p.metrics.check(p.name, b.Name, ok)
 	var toClose []*session
 	p.mu.Lock()
-	prev := b.h.state
-	changed := b.h.observe(ok, p.health.Fall, p.health.Rise)
-	state := b.h.state
+	prev := b.h.State()
+	changed := b.h.Observe(ok)
+	state := b.h.State()
 	if changed {
 		switch {
 		case state == HealthUp && prev == HealthDown:
@@ -224,7 +225,7 @@ func (p *Pool) record(b *backend, err error) time.Duration {
 			}
 		}
 	}
-	next := b.h.next(p.health)
+	next := p.health.next(&b.h)
 	removed := b.removed
 	p.mu.Unlock()
 	if !changed || removed {
@@ -258,7 +259,7 @@ func (p *Pool) sessionsOf(b *backend) []*session {
 func (p *Pool) closeIfDown(b *backend) {
 	p.mu.Lock()
 	var ss []*session
-	if b.h.state == HealthDown {
+	if b.h.State() == HealthDown {
 		ss = p.sessionsOf(b)
 	}
 	p.mu.Unlock()
@@ -281,7 +282,7 @@ func (p *Pool) Healthy() int {
 	defer p.mu.Unlock()
 	n := 0
 	for _, b := range p.backends {
-		if b.h.state == HealthUp {
+		if b.h.State() == HealthUp {
 			n++
 		}
 	}
@@ -299,7 +300,7 @@ func (p *Pool) pick(tried []*backend) *backend {
 	cands := buf[:0]
 	for _, backup := range []bool{false, true} {
 		for _, b := range p.order {
-			if b.Backup == backup && b.h.state == HealthUp && !slices.Contains(tried, b) {
+			if b.Backup == backup && b.h.State() == HealthUp && !slices.Contains(tried, b) {
 				cands = append(cands, b)
 			}
 		}
@@ -367,7 +368,7 @@ func (p *Pool) release(b *backend) {
 func (p *Pool) addSession(s *session) {
 	p.mu.Lock()
 	p.sessions[s] = struct{}{}
-	down := s.b.h.state == HealthDown && p.health.closeOnDown()
+	down := s.b.h.State() == HealthDown && p.health.closeOnDown()
 	p.mu.Unlock()
 	if down {
 		// The backend went down while we were dialling it: this session
@@ -407,10 +408,10 @@ func (p *Pool) Status() []BackendStatus {
 	out := make([]BackendStatus, 0, len(p.backends))
 	for _, b := range p.backends {
 		w := 0
-		if b.h.state == HealthUp {
+		if b.h.State() == HealthUp {
 			w = slowStartWeight(fullWeight, b.upSince, now, p.health.SlowStart)
 		}
-		out = append(out, BackendStatus{Name: b.Name, Addr: b.Addr, Backup: b.Backup, State: b.h.state.String(), Active: b.active, Weight: w})
+		out = append(out, BackendStatus{Name: b.Name, Addr: b.Addr, Backup: b.Backup, State: b.h.State().String(), Active: b.active, Weight: w})
 	}
 	slices.SortFunc(out, func(a, b BackendStatus) int {
 		if a.Name < b.Name {

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	"appliance/internal/cluster"
+	"appliance/internal/health"
 )
 
+// The counting itself is tested in internal/health; here, that a backend's
+// hysteresis starts Unknown and takes Fall and Rise from the options.
 func TestHysteresis(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -23,10 +26,10 @@ func TestHysteresis(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var h hysteresis
+			h := DefaultHealthOptions().newHysteresis() // Fall 3, Rise 3
 			for i, r := range tt.results {
-				h.observe(r == 'o', 3, 3)
-				got := map[HealthState]byte{HealthUp: 'u', HealthDown: 'd', HealthUnknown: '?'}[h.state]
+				h.Observe(r == 'o')
+				got := map[HealthState]byte{HealthUp: 'u', HealthDown: 'd', HealthUnknown: '?'}[h.State()]
 				if got != tt.want[i] {
 					t.Fatalf("after %q: state %c, want %c", tt.results[:i+1], got, tt.want[i])
 				}
@@ -37,16 +40,16 @@ func TestHysteresis(t *testing.T) {
 
 func TestHysteresisInterval(t *testing.T) {
 	o := DefaultHealthOptions()
-	var h hysteresis
-	if h.next(o) != o.FastInterval {
+	h := o.newHysteresis()
+	if o.next(&h) != o.FastInterval {
 		t.Error("unknown state must probe fast")
 	}
-	h.observe(true, 3, 3)
-	if h.next(o) != o.Interval {
+	h.Observe(true)
+	if o.next(&h) != o.Interval {
 		t.Error("settled up must probe at Interval")
 	}
-	h.observe(false, 3, 3)
-	if h.next(o) != o.FastInterval {
+	h.Observe(false)
+	if o.next(&h) != o.FastInterval {
 		t.Error("a change in progress must probe fast")
 	}
 }
@@ -154,7 +157,7 @@ func TestTargetsFor(t *testing.T) {
 func TestPickBackupOnlyWithoutPrimaries(t *testing.T) {
 	p := newPool("api", RoundRobin, HealthOptions{}, nil, nil, testLogger(t), nil)
 	for _, tg := range []BackendTarget{{Name: "m0"}, {Name: "m1"}, {Name: "boot", Backup: true}} {
-		p.backends[tg.Name] = &backend{BackendTarget: tg, h: hysteresis{state: HealthUp}}
+		p.backends[tg.Name] = &backend{BackendTarget: tg, h: health.NewHysteresis(3, 3, HealthUp)}
 	}
 	p.reorder()
 	for range 10 {
@@ -165,11 +168,11 @@ func TestPickBackupOnlyWithoutPrimaries(t *testing.T) {
 	if b := p.pick([]*backend{p.backends["m0"], p.backends["m1"]}); b == nil || !b.Backup {
 		t.Fatal("backup not used when every primary failed to dial")
 	}
-	p.backends["m0"].h.state, p.backends["m1"].h.state = HealthDown, HealthDown
+	p.backends["m0"].h, p.backends["m1"].h = health.NewHysteresis(3, 3, HealthDown), health.NewHysteresis(3, 3, HealthDown)
 	if b := p.pick(nil); b == nil || b.Name != "boot" {
 		t.Fatalf("picked %v, want the backup", b)
 	}
-	p.backends["boot"].h.state = HealthDown
+	p.backends["boot"].h = health.NewHysteresis(3, 3, HealthDown)
 	if b := p.pick(nil); b != nil {
 		t.Fatalf("picked %v with nothing up", b.Name)
 	}
