@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,7 +86,7 @@ func startAPIServer() (stop func(), err error) {
 	kc, err := script(map[string]string{"KUBE_OWNER_PID": fmt.Sprint(os.Getpid())}, "kube-apiserver/start.sh", state)
 	// stop.sh ends exactly the processes start.sh recorded, even after a
 	// failed start; the watchdog covers a test binary that is killed.
-	stop = func() { _, _ = script(nil, "kube-apiserver/stop.sh", state) }
+	stop = func() { stopServer(state) }
 	if err != nil {
 		stop()
 		return func() {}, err
@@ -196,6 +197,41 @@ func startGarbageCollector(state, kc string) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// stopServer ends what start.sh (and startGarbageCollector) recorded in
+// state/pids. The API servers go first, each awaited: stop.sh signals etcd
+// with them, and a kube-apiserver that loses etcd while shutting down
+// takes stop.sh's SIGKILL 10 s later (1 s when it goes first). stop.sh
+// then ends the rest and removes state.
+func stopServer(state string) {
+	data, _ := os.ReadFile(filepath.Join(state, "pids"))
+	for _, name := range []string{"kube-controller-manager", "kube-apiserver"} {
+		for _, line := range strings.Split(string(data), "\n") {
+			pid, n, _ := strings.Cut(line, " ")
+			if n != name {
+				continue
+			}
+			var id int
+			if _, err := fmt.Sscan(pid, &id); err != nil {
+				continue
+			}
+			// Ours while its command line names state, as stop.sh checks.
+			ours := func() bool {
+				cl, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", id))
+				return err == nil && bytes.Contains(cl, []byte(state+"/"))
+			}
+			if !ours() {
+				continue
+			}
+			if p, err := os.FindProcess(id); err == nil && p.Signal(syscall.SIGTERM) == nil {
+				for end := time.Now().Add(5 * time.Second); ours() && time.Now().Before(end); {
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+		}
+	}
+	_, _ = script(nil, "kube-apiserver/stop.sh", state)
 }
 
 // kubevirtCRDs is where gen.sh keeps KubeVirt's and CDI's CRDs:

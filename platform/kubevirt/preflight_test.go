@@ -157,12 +157,16 @@ func TestPreflightAccess(t *testing.T) {
 func TestPreflightWithoutKubeVirt(t *testing.T) {
 	needAPI(t)
 	t.Parallel()
-	state := t.TempDir()
-	kc, err := script(map[string]string{"KUBE_OWNER_PID": fmt.Sprint(os.Getpid())}, "kube-apiserver/start.sh", filepath.Join(state, "api"))
+	state, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = script(nil, "kube-apiserver/stop.sh", filepath.Join(state, "api")) })
+	state = filepath.Join(state, "api")
+	kc, err := script(map[string]string{"KUBE_OWNER_PID": fmt.Sprint(os.Getpid())}, "kube-apiserver/start.sh", state)
+	t.Cleanup(func() { stopServer(state) })
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	_, err = New(context.Background(), Options{Kubeconfig: kc, Namespace: "default", Network: "machine-net"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "serves no KubeVirt kubevirt.io/v1 VirtualMachine API") || !strings.Contains(err.Error(), KubeVirtRelease) {
