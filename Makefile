@@ -38,10 +38,15 @@ lint:
 	CGO_ENABLED=0 $(GO) vet -trimpath ./...
 	$(GO) test -count=1 -run 'TestDependencyGuard|TestLayering' ./cmd/appliance
 
+# The KubeVirt provider's tests run a real kube-apiserver: build.sh builds it once per
+# machine (~6 min cold, cached after) and prints its folder, which the tests read from
+# KUBEBUILDER_ASSETS (without it they skip; under CI=true they fail).
+KUBE_TOOLS := ../shared/tools/kube-apiserver
+
 # Tier 1-4: unit, loopback and network-namespace tests (the latter need root;
 # under CI=true they fail instead of skipping).
 unit:
-	$(GO) test -race -count=1 -timeout 20m ./...
+	assets=$$($(KUBE_TOOLS)/build.sh) && KUBEBUILDER_ASSETS=$$assets $(GO) test -race -count=1 -timeout 20m ./...
 	@# go-ovirt-client's in-memory mock mutates the objects it hands out from its
 	@# own goroutines, so its scenario tests skip under -race; run them plainly.
 	$(GO) test -count=1 ./platform/ovirt/
@@ -72,6 +77,7 @@ run: build test-deps
 
 # Side-by-side benchmarks against the anchors; results go into BENCHMARKS.md.
 bench: build test-deps
+	assets=$$($(KUBE_TOOLS)/build.sh) && KUBEBUILDER_ASSETS=$$assets \
 	$(GO) test -count=1 -p 1 -tags bench -run '^TestBench' -v -timeout 80m ./... 2>&1 | tee bench.out
 
 clean:
