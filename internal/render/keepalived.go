@@ -67,7 +67,7 @@ func Keepalived(cfg *cluster.Config, opts Options) ([]File, string) {
 			}
 			fmt.Fprintf(&b, "\tvirtual_ipaddress {\n\t\t%s\n\t}\n}\n", in.VIP)
 		}
-		files = append(files, File{Path: "keepalived/" + string(role) + "/keepalived.conf", Data: []byte(b.String())})
+		files = append(files, File{Path: "keepalived/" + string(role) + "/keepalived.conf", Data: []byte(b.String()), Secret: true})
 	}
 	return files, ""
 }

@@ -39,30 +39,24 @@ type Result struct {
 // Render returns every file of the output folder for cfg.
 func Render(cfg *cluster.Config, opts Options) (Result, error) {
 	var res Result
-	add := func(path, data string, secret bool) {
-		res.Files = append(res.Files, File{Path: path, Data: []byte(data), Secret: secret})
-	}
 	bind, err := BIND(cfg, opts)
 	if err != nil {
 		return Result{}, err
 	}
-	for _, f := range bind {
-		add(f.Path, string(f.Data), false)
-	}
+	res.Files = append(res.Files, bind...)
 	dm, err := Dnsmasq(cfg, opts)
 	if err != nil {
 		return Result{}, err
 	}
-	add("dnsmasq/dnsmasq.conf", dm, false)
-	add("haproxy/haproxy.cfg", HAProxy(cfg, opts), false)
+	res.Files = append(res.Files,
+		File{Path: "dnsmasq/dnsmasq.conf", Data: []byte(dm)},
+		File{Path: "haproxy/haproxy.cfg", Data: []byte(HAProxy(cfg, opts))})
 	ka, note := Keepalived(cfg, opts)
-	for _, f := range ka {
-		add(f.Path, string(f.Data), true)
-	}
+	res.Files = append(res.Files, ka...)
 	if note != "" {
 		res.Notes = append(res.Notes, note)
 	}
-	add("hosts", Hosts(cfg, opts), false)
+	res.Files = append(res.Files, File{Path: "hosts", Data: []byte(Hosts(cfg, opts))})
 	return res, nil
 }
 
