@@ -288,6 +288,26 @@ func (l *LB) Ready(context.Context) error {
 	return nil
 }
 
+// Serving is nil while this LB can take the API VIP's traffic: the API pool
+// has a healthy backend and, when the LB manages the redirect, the redirect
+// is installed. The API VIP follows it (a node whose LB cannot serve steps
+// down).
+func (l *LB) Serving() error {
+	if err := l.Ready(context.Background()); err != nil {
+		return err
+	}
+	if l.redir == nil {
+		return nil
+	}
+	l.mu.Lock()
+	n := len(l.rules)
+	l.mu.Unlock()
+	if n == 0 {
+		return errors.New("lb: the VIP redirect is not installed")
+	}
+	return nil
+}
+
 // Status is the LB's state for /status.
 type Status struct {
 	Pools    map[string][]BackendStatus `json:"pools"`
