@@ -1,0 +1,72 @@
+package kubenodes
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// DefaultLocalServer is where a node's own kube-apiserver listens, for
+// Options.LocalServer.
+const DefaultLocalServer = "https://localhost:6443"
+
+// kubeletKubeconfigs are the kubelet's own kubeconfig files, in the order
+// Kubeconfig tries them: OpenShift's (RHCOS), then kubeadm's.
+var kubeletKubeconfigs = []string{"/var/lib/kubelet/kubeconfig", "/etc/kubernetes/kubelet.conf"}
+
+// Kubeconfig picks the kubeconfig to read: explicit when it is not empty
+// (the --kubeconfig flag), else the node's kubelet kubeconfig when one
+// exists, else "" (no Kubernetes API yet: the caller runs without this
+// member source, and mDNS and the config stay the only ones).
+func Kubeconfig(explicit string) string {
+	return pickKubeconfig(explicit, kubeletKubeconfigs)
+}
+
+func pickKubeconfig(explicit string, candidates []string) string {
+	if explicit != "" {
+		return explicit
+	}
+	for _, p := range candidates {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
+}
+
+// restConfig loads path and, when local is set, replaces its server URL
+// with local. The TLS server name stays the kubeconfig's host, so the
+// local apiserver is asked (SNI) for the same certificate the kubeconfig's
+// CA vouches for behind the VIP, and that CA still verifies it.
+func restConfig(path, local string) (*rest.Config, error) {
+	if path == "" {
+		return nil, errors.New("kubenodes: no kubeconfig given")
+	}
+	// Only the explicit file: never $KUBECONFIG or ~/.kube/config, which
+	// may point at some other cluster.
+	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: path}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubenodes: kubeconfig %s: %w", path, err)
+	}
+	if local == "" {
+		return cfg, nil
+	}
+	lu, err := url.Parse(local)
+	if err != nil || lu.Scheme == "" || lu.Host == "" {
+		return nil, fmt.Errorf("kubenodes: local server %q is not a URL like %s", local, DefaultLocalServer)
+	}
+	orig, err := url.Parse(cfg.Host)
+	if err != nil {
+		return nil, fmt.Errorf("kubenodes: kubeconfig %s: server %q: %w", path, cfg.Host, err)
+	}
+	if cfg.TLSClientConfig.ServerName == "" && !cfg.Insecure && orig.Hostname() != "" {
+		cfg.TLSClientConfig.ServerName = orig.Hostname()
+	}
+	cfg.Host = local
+	return cfg, nil
+}

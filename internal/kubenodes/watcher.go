@@ -1,0 +1,300 @@
+package kubenodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"appliance/internal/cluster"
+)
+
+// Options configure a Watcher.
+type Options struct {
+	// Kubeconfig is the kubeconfig file to read; see Kubeconfig for
+	// picking one. Required. Its credentials must be allowed to list and
+	// watch Nodes (a kubelet's are).
+	Kubeconfig string
+	// LocalServer, when set, replaces the kubeconfig's server URL, e.g.
+	// DefaultLocalServer. Set it on every node that runs a kube-apiserver
+	// (masters, and the bootstrap node): their kubeconfig names the API
+	// VIP (api-int), and a node reading its members through the VIP it
+	// serves itself loses its view exactly when the VIP or its LB is
+	// broken, which is when it needs the view to repair them. Leave it
+	// empty on workers, which run no apiserver and never hold the API VIP.
+	LocalServer string
+	// LabelSelector, when set, limits the Nodes watched (Kubernetes label
+	// selector syntax); empty: every Node.
+	LabelSelector string
+}
+
+// Status is the Watcher's section of /status.
+type Status struct {
+	Server    string `json:"server"`
+	Reachable bool   `json:"reachable"` // the last request to the API succeeded
+	Synced    bool   `json:"synced"`    // the first full list has been applied
+	// LastSync is when the API last answered (a list, a watch or an event).
+	LastSync time.Time `json:"last_sync,omitzero"`
+	// DownSince is when the current outage began; zero while reachable.
+	DownSince time.Time `json:"down_since,omitzero"`
+	Error     string    `json:"error,omitempty"`
+	Nodes     int       `json:"nodes"` // members this source holds in the State
+}
+
+// Watcher keeps the Nodes of the Kubernetes API in a cluster.State. It is
+// a service: Run watches until its context ends.
+type Watcher struct {
+	state    *cluster.State
+	log      *slog.Logger
+	opts     Options
+	server   string
+	client   kubernetes.Interface
+	http     *http.Client
+	running  atomic.Bool
+	synced   atomic.Bool
+	mu       sync.Mutex
+	known    map[string]cluster.Member // what this source last put in the State, by name
+	up       bool                      // the last request succeeded
+	tried    bool                      // some request has completed
+	down     time.Time
+	lastSync time.Time
+	lastErr  string
+}
+
+// New prepares a Watcher that will keep the Nodes behind opts.Kubeconfig
+// in state. It reads the kubeconfig but contacts nothing. It also routes
+// client-go's process-wide klog through log (only the first New does).
+func New(state *cluster.State, opts Options, log *slog.Logger) (*Watcher, error) {
+	if state == nil {
+		return nil, errors.New("kubenodes: no cluster state")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	} else {
+		routeClientLogs(log)
+	}
+	cfg, err := restConfig(opts.Kubeconfig, opts.LocalServer)
+	if err != nil {
+		return nil, err
+	}
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubenodes: client for %s: %w", cfg.Host, err)
+	}
+	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("kubenodes: client for %s: %w", cfg.Host, err)
+	}
+	return &Watcher{
+		state: state, opts: opts, server: cfg.Host, client: cs, http: hc,
+		log:   log.With("component", "kubenodes", "server", cfg.Host),
+		known: map[string]cluster.Member{},
+	}, nil
+}
+
+// Name is the service's key in /status and in logs.
+func (w *Watcher) Name() string { return "kubenodes" }
+
+// Ready is nil once the first full list of Nodes is in the State. It stays
+// nil through later outages: the last view is still served.
+func (w *Watcher) Ready() error {
+	if w.synced.Load() {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.lastErr != "" {
+		return fmt.Errorf("kubenodes: Nodes from %s not listed yet: %s", w.server, w.lastErr)
+	}
+	return fmt.Errorf("kubenodes: Nodes from %s not listed yet", w.server)
+}
+
+// Status reports whether the API answers, when it last did, and how many
+// members this source holds (a Status).
+func (w *Watcher) Status() any {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Status{
+		Server: w.server, Reachable: w.up, Synced: w.synced.Load(), LastSync: w.lastSync,
+		DownSince: w.down, Error: w.lastErr, Nodes: len(w.known),
+	}
+}
+
+// Run watches Nodes and keeps the State in step until ctx ends, then
+// returns once every goroutine it started has ended. Members stay in the
+// State when it returns, as they do while the API is unreachable.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("kubenodes: Run called while already running")
+	}
+	defer w.running.Store(false)
+	// The informer's own logs (reflector, handler panics) go through our
+	// logger rather than klog's global one.
+	ctx = klog.NewContext(ctx, logr.FromSlogHandler(w.log.Handler()))
+
+	nodes := w.client.CoreV1().Nodes()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.LabelSelector = w.opts.LabelSelector
+			l, err := nodes.List(ctx, o)
+			w.contact(ctx, err)
+			return l, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = w.opts.LabelSelector
+			wi, err := nodes.Watch(ctx, o)
+			w.contact(ctx, err)
+			return wi, err
+		},
+	}
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, w.client), &corev1.Node{}, 0, cache.Indexers{})
+	// The default handler reports every failed list as an error, once per
+	// retry; contact already logs an outage once.
+	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) { w.contact(ctx, err) }); err != nil {
+		return fmt.Errorf("kubenodes: informer for %s: %w", w.server, err)
+	}
+	reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.upsert(obj) },
+		UpdateFunc: func(_, obj any) { w.upsert(obj) },
+		DeleteFunc: w.deleted,
+	})
+	if err != nil {
+		return fmt.Errorf("kubenodes: informer for %s: %w", w.server, err)
+	}
+
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		// Keep-alive connections would outlive Run otherwise.
+		utilnet.CloseIdleConnectionsFor(w.http.Transport)
+	}()
+	wg.Go(func() { inf.RunWithContext(ctx) })
+
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-reg.HasSyncedChecker().Done():
+	}
+	w.prune(inf.GetStore())
+	w.synced.Store(true)
+	w.mu.Lock()
+	n := len(w.known)
+	w.mu.Unlock()
+	w.log.Info("Kubernetes Nodes listed", "nodes", n)
+	<-ctx.Done()
+	return nil
+}
+
+// contact records the outcome of a request to the API and logs an outage
+// once when it begins and once when it ends, never per retry.
+func (w *Watcher) contact(ctx context.Context, err error) {
+	if err != nil && ctx.Err() != nil {
+		return // our own cancellation, not an outage
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wasUp, tried := w.up, w.tried
+	w.tried = true
+	if err == nil {
+		w.up, w.lastSync, w.lastErr = true, now, ""
+		if tried && !wasUp {
+			w.log.Info("Kubernetes API reachable again", "down_for", now.Sub(w.down).Round(time.Millisecond))
+		}
+		w.down = time.Time{}
+		return
+	}
+	w.up, w.lastErr = false, err.Error()
+	if wasUp || !tried {
+		w.down = now
+		w.log.Warn("Kubernetes API unreachable; keeping the last view of its Nodes until it answers again",
+			"members", len(w.known), "err", err)
+	}
+}
+
+func (w *Watcher) upsert(obj any) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return
+	}
+	m := MemberOf(n)
+	w.mu.Lock()
+	old, had := w.known[m.Name]
+	w.known[m.Name] = m
+	w.lastSync = time.Now()
+	w.mu.Unlock()
+	w.state.UpsertMember(m)
+	switch {
+	case !had:
+		w.log.Info("node joined", "node", m.Name, "role", m.Role, "ips", m.IPs, "ready", m.Healthy)
+	case old.Role != m.Role || !slices.Equal(old.IPs, m.IPs) || old.Healthy != m.Healthy:
+		w.log.Info("node changed", "node", m.Name, "role", m.Role, "ips", m.IPs, "ready", m.Healthy)
+	}
+}
+
+// deleted handles a Node's deletion, seen by a watch or, after the API was
+// unreachable, by a relist that no longer holds it (a tombstone).
+func (w *Watcher) deleted(obj any) {
+	var name string
+	switch o := obj.(type) {
+	case *corev1.Node:
+		name = o.Name
+	case cache.DeletedFinalStateUnknown:
+		_, name, _ = cache.SplitMetaNamespaceKey(o.Key)
+	}
+	if name != "" {
+		w.remove(name)
+	}
+}
+
+// remove withdraws what this source said about name. A configured member
+// stays (RemoveMember only removes our own entries); it gets back its
+// configured addresses and health, since the Node that added to them is
+// gone.
+func (w *Watcher) remove(name string) {
+	w.mu.Lock()
+	_, had := w.known[name]
+	delete(w.known, name)
+	w.lastSync = time.Now()
+	w.mu.Unlock()
+	if w.state.RemoveMember(name, cluster.SourceKubernetes) {
+		w.log.Info("node left", "node", name)
+		return
+	}
+	if m, ok := w.state.Snapshot().Member(name); had && ok && m.Source == cluster.SourceConfig {
+		w.state.UpsertMember(cluster.Member{Name: name, Source: cluster.SourceKubernetes, Healthy: true})
+		w.log.Info("node left; its configured member stays", "node", name)
+	}
+}
+
+// prune removes the members this source put in the State before (an
+// earlier Run) whose Nodes the first list no longer holds.
+func (w *Watcher) prune(store cache.Store) {
+	w.mu.Lock()
+	var gone []string
+	for name := range w.known {
+		if _, ok, _ := store.GetByKey(name); !ok {
+			gone = append(gone, name)
+		}
+	}
+	w.mu.Unlock()
+	for _, name := range gone {
+		w.remove(name)
+	}
+}
