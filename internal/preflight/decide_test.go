@@ -294,8 +294,8 @@ func TestNodePorts(t *testing.T) {
 		{cluster.RoleMaster, l, "port.53-udp port.53-tcp port.67-udp port.9445-tcp port.9446-tcp port.9447-tcp"},
 		{cluster.RoleBootstrap, l, "port.53-udp port.53-tcp port.67-udp port.9445-tcp port.9446-tcp port.9447-tcp"},
 		{cluster.RoleWorker, l, "port.53-udp port.53-tcp port.9447-tcp"},
-		{cluster.RoleMaster, Listens{DNS: ":53", DHCP: ":67", APILB: ":9445", MCSLB: ":9446", NoMCS: true, NoDHCP: true},
-			"port.53-udp port.53-tcp port.9445-tcp"},
+		{cluster.RoleMaster, Listens{DNS: ":53", DHCP: ":67", APILB: ":9445", MCSLB: ":9446", NoMCS: true},
+			"port.53-udp port.53-tcp port.67-udp port.9445-tcp"},
 	} {
 		if got := ids(NodePorts(tc.role, tc.l)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.role, got, tc.want)

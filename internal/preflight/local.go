@@ -17,13 +17,12 @@ import (
 // packages define them; the command fills them in so this package needs no
 // service import.
 type Listens struct {
-	DNS    string // e.g. ":53" (UDP and TCP)
-	DHCP   string // e.g. ":67" (UDP)
-	APILB  string // e.g. ":9445"
-	MCSLB  string // e.g. ":9446"
-	Admin  string // e.g. "127.0.0.1:9447"
-	NoMCS  bool   // the MCS is not balanced (lb.mcs: false)
-	NoDHCP bool   // no DHCP server runs on this node
+	DNS   string // e.g. ":53" (UDP and TCP)
+	DHCP  string // e.g. ":67" (UDP)
+	APILB string // e.g. ":9445"
+	MCSLB string // e.g. ":9446"
+	Admin string // e.g. "127.0.0.1:9447"
+	NoMCS bool   // the MCS is not balanced (lb.mcs: false)
 }
 
 // PortSpec is one socket a service on the node will bind.
@@ -49,9 +48,7 @@ func NodePorts(role cluster.Role, l Listens) []PortSpec {
 		{"tcp", l.DNS, "cluster DNS"},
 	}
 	if role == cluster.RoleBootstrap || role == cluster.RoleMaster {
-		if !l.NoDHCP {
-			out = append(out, PortSpec{"udp", l.DHCP, "DHCP server"})
-		}
+		out = append(out, PortSpec{"udp", l.DHCP, "DHCP server"})
 		out = append(out, PortSpec{"tcp", l.APILB, "API load balancer (VIP:6443 is redirected here)"})
 		if !l.NoMCS {
 			out = append(out, PortSpec{"tcp", l.MCSLB, "Machine Config Server load balancer (VIP:22623 is redirected here)"})
