@@ -151,10 +151,7 @@ func probeARP(ctx context.Context, ifi *net.Interface, vips []netip.Addr, wait t
 		for {
 			n, _, err := conn.ReadFrom(buf)
 			if err != nil {
-				if errors.Is(err, net.ErrClosed) || isTimeout(err) {
-					return
-				}
-				continue
+				return // the deadline set below, or a socket that cannot read any more
 			}
 			if mac, ip, ok := arpClaim(buf[:n], ifi.HardwareAddr); ok && want[ip] {
 				c.add(ip, mac)
@@ -223,10 +220,11 @@ func probeNDP(ctx context.Context, ifi *net.Interface, vips []netip.Addr, wait t
 		for {
 			m, _, _, err := conn.ReadFrom()
 			if err != nil {
-				if errors.Is(err, net.ErrClosed) || isTimeout(err) {
-					return
+				var oe *net.OpError
+				if errors.As(err, &oe) || errors.Is(err, net.ErrClosed) || isTimeout(err) {
+					return // the deadline set below, or a socket that cannot read any more
 				}
-				continue // not an NDP message we can parse: drop it
+				continue // a message ndp could not parse: drop it
 			}
 			na, ok := m.(*ndp.NeighborAdvertisement)
 			if !ok || !want[na.TargetAddress.WithZone("")] {
