@@ -166,6 +166,8 @@ func TestDecideVRRP(t *testing.T) {
 			[]string{"VRID 11 (our ingress VRID) is used by 192.168.126.200", "192.168.126.222", "free here: 13, 14, 15", "vrrp.ingressVRID"}},
 		{"clash on API VRID with our VIP plus another", "", []Advert{{Source: a("192.168.126.202"), VRID: 10, Version: 3,
 			Addrs: []netip.Addr{a("192.168.126.5"), a("192.168.126.7")}}}, nil, StatusFail, []string{"VRID 10 (our api VRID)"}},
+		{"same VRID, other family", "", []Advert{{Source: a("fe80::1"), VRID: 11, Version: 3, Addrs: []netip.Addr{a("fd00::222")}}}, nil,
+			StatusPass, []string{"VRIDs 11, none clashing"}},
 		{"unicast only warns", "  unicastPeers: [192.168.126.10, 192.168.126.20]\n", []Advert{other}, nil, StatusWarn, []string{"unicast"}},
 		{"no socket", "", nil, errors.New("operation not permitted"), StatusWarn, []string{"operation not permitted"}},
 	} {

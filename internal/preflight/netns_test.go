@@ -191,12 +191,13 @@ func TestNetnsRogueDHCP(t *testing.T) {
 	want(t, rs, IDDHCP, StatusFail, "192.168.126.11")
 }
 
-// TestNetnsKeepalivedOnOurVRID: keepalived on our ingress VRID with another
-// VIP fails the VRRP check, naming the VRID, its source and VIP.
+// TestNetnsKeepalivedOnOurVRID: keepalived on our ingress VRID (IPv4) and
+// our API VRID (IPv6) with other VIPs fails the VRRP check, naming each VRID,
+// its source and VIP.
 func TestNetnsKeepalivedOnOurVRID(t *testing.T) {
 	t.Parallel() // each test has its own lab; most of a run is waiting
 	needProgram(t, "keepalived")
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfvrrp"})
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfvrrp", IPv6: netipPrefix("fd00:126::/64")})
 	n0, other := lab.Nodes[0], lab.Nodes[1]
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "keepalived.conf")
@@ -214,6 +215,16 @@ vrrp_instance other {
     192.168.126.222/24
   }
 }
+vrrp_instance other6 {
+  state MASTER
+  interface eth0
+  virtual_router_id 10
+  priority 150
+  advert_int 0.1
+  virtual_ipaddress {
+    fd00:126::222/64
+  }
+}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -225,10 +236,11 @@ vrrp_instance other {
 	defer p.Kill()
 	waitFor(t, 10*time.Second, "keepalived to hold its VIP", func() bool {
 		out, _ := other.Run(context.Background(), "ip", "-br", "addr", "show", "eth0")
-		return strings.Contains(out, "192.168.126.222")
+		return strings.Contains(out, "192.168.126.222") && strings.Contains(out, "fd00:126::222")
 	})
 	rs := runPreflight(t, n0, labConfig(lab, ""), testOptions)
-	want(t, rs, IDVRRP, StatusFail, "VRID 11", "192.168.126.11", "192.168.126.222", "free here:")
+	want(t, rs, IDVRRP, StatusFail, "VRID 11 (our ingress VRID) is used by 192.168.126.11", "192.168.126.222",
+		"VRID 10 (our api VRID) is used by fe80::", "fd00:126::222", "free here: 12, 13, 14")
 }
 
 // TestNetnsPortInUse: dnsmasq holding port 53 on the node is named as the

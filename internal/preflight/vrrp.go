@@ -53,7 +53,9 @@ func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 	for _, a := range o.Adverts {
 		used[a.VRID] = true
 		kind, mine := ourVRIDs[a.VRID]
-		if !mine || onlyOurs(a.Addrs, cfg.VIPsFor(kind)) {
+		// IPv4 and IPv6 virtual routers are separate even with one VRID
+		// (their virtual MACs differ), so only our family's router clashes.
+		if !mine || !hasFamily(cfg.VIPsFor(kind), a.Source) || onlyOurs(a.Addrs, cfg.VIPsFor(kind)) {
 			continue
 		}
 		key := fmt.Sprintf("%d/%s", a.VRID, a.Source)
@@ -68,7 +70,7 @@ func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 	if len(clashes) == 0 {
 		heard := "no other VRRP router"
 		if n := len(used); n > 0 {
-			heard = fmt.Sprintf("routers on VRIDs %s, none of ours", joinVRIDs(used))
+			heard = fmt.Sprintf("routers on VRIDs %s, none clashing with ours", joinVRIDs(used))
 		}
 		return pass(IDVRRP, "VRIDs %d (api) and %d (ingress) are free on %s: heard %s in %s",
 			cfg.VRRP.APIVRID, cfg.VRRP.IngressVRID, o.Iface, heard, o.Window).with(d)
@@ -90,6 +92,15 @@ func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 			strings.Join(lines, "\n"), fix).with(d)
 	}
 	return fail(IDVRRP, "%s\n%s", strings.Join(lines, "\n"), fix).with(d)
+}
+
+func hasFamily(vips []netip.Addr, a netip.Addr) bool {
+	for _, v := range vips {
+		if v.Is4() == a.Is4() {
+			return true
+		}
+	}
+	return false
 }
 
 // onlyOurs reports whether every advertised address is one of vips.
