@@ -47,16 +47,6 @@ func keepalivedImpl(version int, interval string) vrrpImpl {
 	}
 }
 
-func startApplianceQuiet(t testing.TB, n *netlab.Node, args ...string) *netlab.Process {
-	t.Helper()
-	full := append([]string{envRunMain + "=1", selfExe(t), "--log-format", "text", "--log-level", "info"}, args...)
-	p, err := n.Start(context.Background(), "env", full...)
-	if err != nil {
-		t.Fatalf("start appliance on %s: %v", n.Name, err)
-	}
-	return p
-}
-
 type series []time.Duration
 
 func (s series) stats() (lo, med, hi time.Duration) {

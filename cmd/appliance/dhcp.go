@@ -10,6 +10,7 @@ import (
 	"appliance/dhcp"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/node"
 	"appliance/internal/service"
 )
 
@@ -54,7 +55,7 @@ its address, host name, router, DNS and domain.
 				return err
 			}
 			return service.Run(cmd.Context(), log, service.Options{Admin: admin.Options{Listen: listen, Registry: reg}},
-				service.Stage{dhcpService(srv)})
+				service.Stage{node.DHCPService(srv)})
 		},
 	}
 	fl := cmd.Flags()

@@ -12,6 +12,7 @@ import (
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
+	"appliance/internal/node"
 	"appliance/internal/service"
 )
 
@@ -87,7 +88,7 @@ this node's own addresses, re-read when it changes.`,
 			}
 			listen := adminListen(cmd, f.adminListen, cfg)
 			// DNS stops before the node's view it reads.
-			stages = append([]service.Stage{{dnsService(srv)}}, stages...)
+			stages = append([]service.Stage{{node.DNSService(srv)}}, stages...)
 			return service.Run(cmd.Context(), log, service.Options{
 				Admin: admin.Options{Listen: listen, Registry: reg},
 				// Each member shows its Source (config, mdns, kubernetes); refused

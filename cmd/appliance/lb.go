@@ -5,6 +5,7 @@ import (
 
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/node"
 	"appliance/internal/service"
 	"appliance/lb"
 )
@@ -57,7 +58,7 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 				return err
 			}
 			return service.Run(cmd.Context(), log, service.Options{Admin: admin.Options{Listen: listen, Registry: reg}},
-				service.Stage{lbService(balancer)})
+				service.Stage{node.LBService(balancer)})
 		},
 	}
 	fl := cmd.Flags()

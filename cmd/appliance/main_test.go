@@ -62,6 +62,17 @@ func startAppliance(t testing.TB, n *netlab.Node, args ...string) *netlab.Proces
 	return p
 }
 
+// startApplianceQuiet is startAppliance at log level info.
+func startApplianceQuiet(t testing.TB, n *netlab.Node, args ...string) *netlab.Process {
+	t.Helper()
+	full := append([]string{envRunMain + "=1", selfExe(t), "--log-format", "text", "--log-level", "info"}, args...)
+	p, err := n.Start(context.Background(), "env", full...)
+	if err != nil {
+		t.Fatalf("start appliance on %s: %v", n.Name, err)
+	}
+	return p
+}
+
 // startHTTP runs a plain HTTP server answering 200 inside node.
 func startHTTP(t testing.TB, n *netlab.Node, addr string) *netlab.Process {
 	t.Helper()

@@ -13,6 +13,7 @@ import (
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
+	"appliance/internal/node"
 	"appliance/internal/service"
 	"appliance/vrrp"
 )
@@ -190,14 +191,14 @@ func (f *vipFlags) fromConfig(cmd *cobra.Command, log *slog.Logger) ([]vrrp.Conf
 // follow, the instances move with the node's address to another interface.
 func runVIPs(ctx context.Context, cfgs []vrrp.Config, listen string, follow *host.Host, log *slog.Logger) error {
 	reg := newRegistry()
-	vips, err := vipService(cfgs, vrrp.NewMetrics(reg), log)
+	vips, err := node.NewVIPs(cfgs, vrrp.NewMetrics(reg), log, nil)
 	if err != nil {
 		return err
 	}
 	stages := []service.Stage{{vips}}
 	if follow != nil {
-		stages = append(stages, service.Stage{hostService(follow, cfgs[0].Interface, func(v *host.View) {
-			for _, in := range vips.instances {
+		stages = append(stages, service.Stage{node.HostService(follow, cfgs[0].Interface, func(v *host.View) {
+			for _, in := range vips.Instances() {
 				in.SetInterface(v.Interface)
 			}
 		})})

@@ -1,0 +1,92 @@
+package main
+
+import (
+	stdlog "log"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"appliance/dnsserver"
+	"appliance/internal/cluster"
+	"appliance/internal/host"
+	"appliance/internal/node"
+	"appliance/lb"
+)
+
+func init() { serviceCmds = append(serviceCmds, newRunCmd) }
+
+type runFlags struct {
+	config      string
+	node        string
+	iface       string
+	role        string
+	adminListen string
+	dnsListen   string
+	apiListen   string
+	mcsListen   string
+	readyz      string
+}
+
+func newRunCmd(g *globalFlags) *cobra.Command {
+	f := &runFlags{}
+	d := lb.DefaultOptions()
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run every service this node's role needs, in one process: the static pod",
+		Long: `Run the node's services from the cluster config, on one live view of the cluster:
+
+  appliance run --config /etc/appliance/appliance.yaml [--node master-0]
+
+  bootstrap  API VIP, LB (API + MCS), DNS, mDNS, DHCP when dhcp.enabled
+  master     API VIP, ingress VIP, LB (API + MCS), DNS, mDNS, DHCP when dhcp.enabled
+  worker     ingress VIP, DNS, mDNS
+
+The API VIP follows the LB (a node whose LB has no healthy backend steps
+down), and on the bootstrap node also its own apiserver (when it stops
+answering /readyz a master takes over); the ingress VIP follows the node's
+router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, cfg, err := g.serviceStart("run", f.config)
+			if err != nil {
+				return err
+			}
+			// The embedded DNS server logs through the standard logger.
+			stdlog.SetFlags(0)
+			stdlog.SetOutput(slog.NewLogLogger(log.Handler(), slog.LevelInfo).Writer())
+			lo := lb.DefaultOptions()
+			lo.API.Listen, lo.MCS.Listen = f.apiListen, f.mcsListen
+			// CoreDNS's own metrics live in the default registry, which
+			// already holds the Go and process collectors.
+			reg, ok := prometheus.DefaultRegisterer.(*prometheus.Registry)
+			if !ok {
+				reg = newRegistry()
+			}
+			n, err := node.New(node.Options{
+				Config:          cfg,
+				Host:            host.Options{Node: f.node, Interface: f.iface, Role: cluster.Role(f.role)},
+				AdminListen:     adminListen(cmd, f.adminListen, cfg),
+				Registry:        reg,
+				LB:              &lo,
+				DNS:             dnsserver.Options{Listen: f.dnsListen},
+				APIServerReadyz: f.readyz,
+			}, log)
+			if err != nil {
+				return err
+			}
+			return n.Run(cmd.Context())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
+	fl.StringVar(&f.node, "node", "", "this node's name (default: the configured node owning a local address, else the host name)")
+	fl.StringVar(&f.iface, "interface", "", "pin the interface (default network.interface, else wherever the node's addresses are, followed when they move)")
+	fl.StringVar(&f.role, "role", "", "the role of a node that is not in the config: bootstrap, master or worker")
+	fl.StringVar(&f.adminListen, "admin-listen", cluster.DefaultAdminListen, "admin HTTP listener (/metrics, /status, /healthz, /readyz); default admin.listen")
+	fl.StringVar(&f.dnsListen, "dns-listen", dnsserver.DefaultListen, "DNS listen address, host:port (UDP and TCP)")
+	fl.StringVar(&f.apiListen, "api-listen", d.API.Listen, "API proxy listener (VIP:6443 is redirected here)")
+	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")
+	fl.StringVar(&f.readyz, "bootstrap-readyz", node.DefaultAPIServerReadyz, "on the bootstrap node: its own apiserver's readiness, which its API VIP follows")
+	return cmd
+}

@@ -1,0 +1,216 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"appliance/dhcp"
+	"appliance/dnsserver"
+	"appliance/internal/admin"
+	"appliance/internal/cluster"
+	"appliance/internal/host"
+	"appliance/internal/service"
+	"appliance/lb"
+	"appliance/vrrp"
+)
+
+// DefaultAPIServerReadyz is the bootstrap's own apiserver, tracked by its
+// API VIP: it listens on every address of the node, loopback included.
+const DefaultAPIServerReadyz = "https://127.0.0.1:6443/readyz"
+
+// Options configure a node's run.
+type Options struct {
+	Config *cluster.Config
+	// Host says how to find this node (--node, --interface).
+	Host host.Options
+	// AdminListen is the admin listener's address.
+	AdminListen string
+	// Registry holds every service's metrics; nil makes a new one.
+	Registry *prometheus.Registry
+	// LB is the load balancer's options before the config's choices
+	// (balance, mcs, redirect) are applied; zero: lb.DefaultOptions().
+	LB *lb.Options
+	// DNS is the DNS server's options; MDNS is filled in from the config.
+	DNS dnsserver.Options
+	// APIServerReadyz is the bootstrap's own apiserver readiness; "" means
+	// DefaultAPIServerReadyz.
+	APIServerReadyz string
+	// TrackInterval is how often the VIPs' tracks probe; 0: vrrp's default.
+	TrackInterval time.Duration
+}
+
+// Node is one node's services, built and ready to run.
+type Node struct {
+	cfg   *cluster.Config
+	view  *host.View
+	self  cluster.Node
+	plan  Plan
+	state *cluster.State
+	host  *host.Host
+	log   *slog.Logger
+	reg   *prometheus.Registry
+	admin string
+
+	vips *VIPs
+	lb   *lb.LB
+	dns  *dnsserver.Server
+	dhcp *dhcp.Server
+}
+
+// New identifies the node and builds the services its role runs.
+func New(opts Options, log *slog.Logger) (*Node, error) {
+	cfg := opts.Config
+	view, err := host.Resolve(cfg, opts.Host)
+	if err != nil {
+		return nil, err
+	}
+	if view.Interface == "" {
+		return nil, fmt.Errorf("run: node %s: %s", view.Name, view.Problem)
+	}
+	self, ok := cfg.NodeByName(view.Name)
+	if !ok {
+		self = cluster.Node{Name: view.Name, Role: view.Role}
+	}
+	if self.Role == "" {
+		return nil, fmt.Errorf("run: node %s is not in nodes and has no role; add it to nodes or pass --role", view.Name)
+	}
+	n := &Node{cfg: cfg, view: view, self: self, plan: PlanFor(cfg, self.Role), state: cluster.NewState(cfg),
+		log: log.With("node", view.Name), reg: opts.Registry, admin: opts.AdminListen}
+	if n.reg == nil {
+		n.reg = prometheus.NewRegistry()
+	}
+	hopts := opts.Host
+	hopts.Node = view.Name
+	n.host = host.New(cfg, hopts, "", log)
+
+	if n.plan.LB {
+		lo := lb.DefaultOptions()
+		if opts.LB != nil {
+			lo = *opts.LB
+		}
+		lo.MCS.Disabled = lo.MCS.Disabled || !cfg.LB.MCS
+		lo.Balance = cfg.LB.Balance
+		lo.Redirect = lo.Redirect && cfg.LB.Redirect
+		if n.lb, err = lb.New(cfg, n.state, lo, lb.NewMetrics(n.reg), log); err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+	}
+	if n.plan.APIVIP || n.plan.IngressVIP {
+		if err := n.buildVIPs(opts); err != nil {
+			return nil, err
+		}
+	}
+	if n.plan.DNS {
+		do := opts.DNS
+		do.MDNS = dnsserver.MDNSOptions{Enabled: n.plan.MDNS, Host: n.host}
+		if n.dns, err = dnsserver.New(cfg, n.state, do, log); err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+		for _, c := range n.dns.Collectors() {
+			if err := n.reg.Register(c); err != nil {
+				return nil, fmt.Errorf("run: dns metrics: %w", err)
+			}
+		}
+	}
+	if n.plan.DHCP {
+		do, err := dhcp.FromCluster(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+		do.Interface = view.Interface
+		// Reservations are answered by every node alike; the pool by the
+		// API VIP's holder alone, so two nodes never lease one address.
+		do.ServePool = func() bool { return holdsAPIVIP(n.state.Snapshot()) }
+		if n.dhcp, err = dhcp.New(do, dhcp.NewMetrics(n.reg), log); err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) buildVIPs(opts Options) error {
+	var p Probes
+	if n.lb != nil {
+		p.LB = vrrp.FuncProbe(func(context.Context) error { return n.lb.Serving() })
+	}
+	if n.self.Role == cluster.RoleBootstrap {
+		u := opts.APIServerReadyz
+		if u == "" {
+			u = DefaultAPIServerReadyz
+		}
+		p.APIServer = vrrp.HTTPProbe{URL: u, InsecureSkipVerify: true}
+	}
+	if n.plan.IngressVIP {
+		p.IngressPort = vrrp.HTTPProbe{URL: n.cfg.VRRP.IngressHealthURL}
+	}
+	cfgs := VRRPConfigs(n.cfg, n.self, n.plan, n.view.Interface, p)
+	vrids := map[string]uint8{}
+	kinds := map[string]cluster.VIPKind{}
+	for i := range cfgs {
+		for j := range cfgs[i].Tracks {
+			cfgs[i].Tracks[j].Interval = opts.TrackInterval
+		}
+		k, err := kindOf(cfgs[i].Name)
+		if err != nil {
+			return err
+		}
+		kinds[cfgs[i].Name], vrids[cfgs[i].Name] = k, cfgs[i].VRID
+	}
+	// Every instance's state goes into the cluster view: the DHCP pool and
+	// /status read it there.
+	onChange := func(s vrrp.Status) { n.state.SetVIP(vipStatus(kinds[s.Name], vrids[s.Name], s)) }
+	var err error
+	n.vips, err = NewVIPs(cfgs, vrrp.NewMetrics(n.reg), n.log, onChange)
+	return err
+}
+
+// Plan is what this node runs.
+func (n *Node) Plan() Plan { return n.plan }
+
+// Stages are the node's services in their stop order: the VIPs hand over
+// first (priority 0, gap-free), then the LB drains, then DNS and DHCP stop,
+// then the node's live view.
+func (n *Node) Stages() []service.Stage {
+	var stages []service.Stage
+	if n.vips != nil {
+		stages = append(stages, service.Stage{n.vips})
+	}
+	if n.lb != nil {
+		stages = append(stages, service.Stage{LBService(n.lb)})
+	}
+	var last service.Stage
+	if n.dns != nil {
+		last = append(last, DNSService(n.dns))
+	}
+	if n.dhcp != nil {
+		last = append(last, DHCPService(n.dhcp))
+	}
+	if len(last) > 0 {
+		stages = append(stages, last)
+	}
+	moved := func(v *host.View) {
+		if n.vips != nil {
+			for _, in := range n.vips.Instances() {
+				in.SetInterface(v.Interface)
+			}
+		}
+	}
+	return append(stages, service.Stage{HostService(n.host, n.view.Interface, moved)})
+}
+
+// Run runs the node's services behind one admin listener until ctx ends,
+// then stops them in order.
+func (n *Node) Run(ctx context.Context) error {
+	n.log.Info("starting", "role", n.self.Role, "interface", n.view.Interface, "services", n.plan.String())
+	return service.Run(ctx, n.log, service.Options{
+		Admin: admin.Options{Listen: n.admin, Registry: n.reg},
+		Extra: map[string]func() any{
+			"node":    func() any { return map[string]any{"name": n.self.Name, "role": n.self.Role, "plan": n.plan.String()} },
+			"members": func() any { return n.state.Snapshot().Members },
+		},
+	}, n.Stages()...)
+}
