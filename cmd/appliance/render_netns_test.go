@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,18 +54,27 @@ func startRenderedKeepalived(t *testing.T, n *netlab.Node, conf, name string) *n
 // one running keepalived from `appliance render`'s master file, the other
 // `appliance vip` from the same config. They hold the API VIP together, one
 // at a time, and hand it over both ways: in native mode (VRRPv3, 100 ms,
-// multicast) and in keepalived-openshift mode (VRRPv2, 1 s, PASS auth,
+// multicast, an IPv4 and an IPv6 VIP) and in keepalived-openshift mode (VRRPv2, 1 s, PASS auth,
 // unicast peers that include the node's own address).
 func TestRenderedKeepalivedSharesVIPWithAppliance(t *testing.T) {
+	const v6VIP = "fd00:126::5"
 	for _, mode := range []struct {
 		name, vrrp string
 		settle     time.Duration
+		dualStack  bool
 	}{
-		{"native", "vrrp: {mode: native}", 500 * time.Millisecond},
-		{"keepalived-openshift", "vrrp: {mode: keepalived-openshift, unicastPeers: [%s, %s]}", 4 * time.Second},
+		{"native", "vrrp: {mode: native}", 500 * time.Millisecond, true},
+		// VRRPv2 carries IPv4 only: this mode is tested on IPv4.
+		{"keepalived-openshift", "vrrp: {mode: keepalived-openshift, unicastPeers: [%s, %s]}", 4 * time.Second, false},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
-			lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "rka"})
+			opts := netlab.Options{Nodes: 2, Name: "rka"}
+			vips := []netip.Addr{labVIP}
+			if mode.dualStack {
+				opts.IPv6 = netip.MustParsePrefix("fd00:126::/64")
+				vips = append(vips, netip.MustParseAddr(v6VIP))
+			}
+			lab := netlab.NewT(t, opts)
 			procs := map[string]*netlab.Process{}
 			dumpOnFailure(t, procs)
 			n0, n1 := lab.Nodes[0], lab.Nodes[1]
@@ -72,34 +82,49 @@ func TestRenderedKeepalivedSharesVIPWithAppliance(t *testing.T) {
 			if strings.Contains(vrrp, "%s") {
 				vrrp = fmt.Sprintf(vrrp, n0.IPv4.Addr(), n1.IPv4.Addr())
 			}
+			cidrs, ips0, ips1 := n0.IPv4.Masked().String(), n0.IPv4.Addr().String(), n1.IPv4.Addr().String()
+			apiVIPs := labVIP.String()
+			if mode.dualStack {
+				apiVIPs += ", " + v6VIP
+				cidrs += ", " + n0.IPv6.Masked().String()
+				ips0 += ", " + n0.IPv6.Addr().String()
+				ips1 += ", " + n1.IPv6.Addr().String()
+			}
 			cfgPath := writeFile(t, "appliance.yaml", fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
 network:
-  machineCIDR: %s
+  machineCIDRs: [%s]
   interface: eth0
   apiVIPs: [%s]
 nodes:
   - {name: master-0, role: master, ips: [%s]}
   - {name: master-1, role: master, ips: [%s]}
 %s
-`, n0.IPv4.Masked(), labVIP, n0.IPv4.Addr(), n1.IPv4.Addr(), vrrp))
+`, cidrs, apiVIPs, ips0, ips1, vrrp))
 			conf := filepath.Join(runRender(t, cfgPath), "keepalived", "master", "keepalived.conf")
 			timeout := 4*mode.settle + 10*time.Second
+			// holder waits until node want alone holds every VIP.
+			holder := func(want int) {
+				t.Helper()
+				for _, vip := range vips {
+					waitHolder(t, lab.Nodes, vip, want, timeout, mode.settle)
+				}
+			}
 
-			// keepalived first: it takes the VIP; the appliance joins as a
-			// backup (equal priority: the master keeps it).
+			// keepalived first: it takes the VIPs; the appliance joins as a
+			// backup (equal priority: the master keeps them).
 			procs["keepalived"] = startRenderedKeepalived(t, n0, conf, "master-0")
-			waitHolder(t, lab.Nodes, labVIP, 0, timeout, mode.settle)
+			holder(0)
 			procs["appliance"] = startAppliance(t, n1, "vip", "--config", cfgPath, "--node", "master-1")
-			waitHolder(t, lab.Nodes, labVIP, 0, timeout, mode.settle)
+			holder(0)
 			// keepalived leaves (priority 0): the appliance takes over.
 			procs["keepalived"].Signal(syscall.SIGTERM)
-			waitHolder(t, lab.Nodes, labVIP, 1, timeout, mode.settle)
+			holder(1)
 			// keepalived comes back as a backup and stays one.
 			procs["keepalived-again"] = startRenderedKeepalived(t, n0, conf, "master-0")
-			waitHolder(t, lab.Nodes, labVIP, 1, timeout, mode.settle)
+			holder(1)
 			// The appliance leaves: keepalived takes over.
 			procs["appliance"].Signal(syscall.SIGTERM)
-			waitHolder(t, lab.Nodes, labVIP, 0, timeout, mode.settle)
+			holder(0)
 			// A unicast peer list naming the node itself makes keepalived
 			// hear its own adverts.
 			for _, p := range []string{"keepalived", "keepalived-again"} {
