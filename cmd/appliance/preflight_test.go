@@ -160,3 +160,29 @@ func TestPreflightFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestPreflightUnknownNode: a --node that is not in the config fails rather
+// than passing off as "not a node".
+func TestPreflightUnknownNode(t *testing.T) {
+	path := writeConfig(t, `cluster: {name: ocp4, baseDomain: example.com}
+network: {machineCIDR: 198.51.100.0/24, apiVIPs: [198.51.100.5]}
+nodes:
+  - {name: master-0, role: master, ips: [198.51.100.10]}
+`)
+	out, err := runPreflightCmd(t, "--config", path, "-o", "json", "--node", "master-9", "--resolver", "127.0.0.1:1", "--timeout", "2s")
+	if !errors.Is(err, errChecksFailed) {
+		t.Errorf("error %v, want errChecksFailed", err)
+	}
+	found := false
+	for _, r := range decodeResults(t, out) {
+		if r.ID == "port" {
+			found = true
+			if r.Status != "fail" || !strings.Contains(r.Message, "master-9") {
+				t.Errorf("port: %s %q, want a failure naming master-9", r.Status, r.Message)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no port check in\n%s", out)
+	}
+}

@@ -311,6 +311,9 @@ func family(a netip.Addr) string {
 
 func portChecks(ctx context.Context, cfg *cluster.Config, self *cluster.Node, selfErr error, opts Options) []Result {
 	if self == nil {
+		if opts.Node != "" { // a mistyped --node must not pass as "not a node"
+			return []Result{fail(IDPort, "not checked: %v", selfErr)}
+		}
 		return []Result{skipped(IDPort, "not checked: this machine is not one of the nodes (%v)", selfErr)}
 	}
 	l := opts.Listens
