@@ -48,15 +48,11 @@ func Dnsmasq(cfg *cluster.Config, opts Options) (string, error) {
 	for _, v := range cfg.Network.IngressVIPs {
 		fmt.Fprintf(&b, "address=/apps.%s/%s\n", domain, v)
 	}
-	if vips := cfg.Network.IngressVIPs; len(vips) > 0 {
-		fmt.Fprintf(&b, "# PTR only: *.apps cannot be a PTR target.\nptr-record=")
-		for i, v := range vips {
-			if i > 0 {
-				b.WriteString("\nptr-record=")
-			}
-			fmt.Fprintf(&b, "%s,ingress.apps.%s", reverseName(v), domain)
-		}
-		b.WriteString("\n")
+	if len(cfg.Network.IngressVIPs) > 0 {
+		b.WriteString("# PTR only: *.apps cannot be a PTR target.\n")
+	}
+	for _, v := range cfg.Network.IngressVIPs {
+		fmt.Fprintf(&b, "ptr-record=%s,ingress.apps.%s\n", reverseName(v), domain)
 	}
 	b.WriteString("# Nodes by FQDN and short name; a short name is answered here too, never forwarded.\n")
 	for _, n := range cfg.Nodes {
