@@ -34,8 +34,12 @@ func checkParseResult(t *testing.T, cfg *Config, err error) {
 }
 
 func seedFuzz(f *testing.F) {
-	for _, name := range []string{"appliance.yaml", "install-config.yaml"} {
-		data, err := os.ReadFile(filepath.Join("testdata", name))
+	examples, err := filepath.Glob(filepath.Join("testdata", "install-config*.yaml"))
+	if err != nil || len(examples) == 0 {
+		f.Fatalf("no install-config examples: %v", err)
+	}
+	for _, name := range append([]string{filepath.Join("testdata", "appliance.yaml")}, examples...) {
+		data, err := os.ReadFile(name)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -48,6 +52,11 @@ func seedFuzz(f *testing.F) {
 		"vrrp: {version: 2, advertInterval: 1s, apiVRID: 300, authPass: 123456789}",
 		"network: {upstreamDNS: ['[::1]:53', '1.1.1.1:0', 'fe80::1%eth0']}",
 		"a: &a [*a, *a]",
+		// each platform's VIP spellings, agreeing and not
+		"apiVersion: v1\nmetadata: {name: a}\nbaseDomain: b.c\nplatform: {ovirt: {api_vips: [10.0.0.5], api_vip: 10.0.0.5, ingress_vip: 10.0.0.6}}",
+		"apiVersion: v1\nmetadata: {name: a}\nbaseDomain: b.c\nplatform: {vSphere: {apiVIPs: [10.0.0.5], apiVIP: 10.0.0.7, api_vips: 1}}",
+		"apiVersion: v1\nmetadata: {name: a}\nbaseDomain: b.c\nnetworking: {machineNetwork: [{cidr: 10.0.0.0/30}]}\nplatform: {openstack: {}}",
+		"apiVersion: v1\nmetadata: {name: a}\nbaseDomain: b.c\nplatform: {none: {apiVIPs: [10.0.0.5]}}",
 	} {
 		f.Add([]byte(s))
 	}

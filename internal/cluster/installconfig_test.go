@@ -103,8 +103,8 @@ platform:
 platform:
   ovirt:
     ovirt_cluster_id: 0b1e9cb2-0000-0000-0000-000000000000
-    apiVIPs: [192.168.10.5, "fd00:10::5"]
-    ingressVIPs: [192.168.10.6, "fd00:10::6"]
+    api_vips: [192.168.10.5, "fd00:10::5"]
+    ingress_vips: [192.168.10.6, "fd00:10::6"]
 `,
 			check: func(t *testing.T, c *Config) {
 				if len(c.Network.APIVIPs) != 2 || len(c.Network.MachineCIDRs) != 2 {
@@ -187,22 +187,23 @@ func TestInstallConfigBad(t *testing.T) {
 	}{
 		{"bad api VIP", icHeader + "platform:\n  baremetal:\n    apiVIPs: [10.0.0.300]\n", "platform.baremetal.apiVIPs[0]", `"10.0.0.300" is not an IP address`},
 		{"bad singular VIP", icHeader + "platform:\n  vsphere:\n    apiVIP: 10.0.0.300\n", "platform.vsphere.apiVIP", "not an IP address"},
-		{"singular disagrees", icHeader + "platform:\n  vsphere:\n    apiVIPs: [10.0.0.5]\n    apiVIP: 10.0.0.7\n", "platform.vsphere.apiVIP", "differs from apiVIPs[0]"},
+		{"singular disagrees", icHeader + "platform:\n  vsphere:\n    apiVIPs: [10.0.0.5]\n    apiVIP: 10.0.0.7\n", "platform.vsphere.apiVIP", "10.0.0.7 is not in platform.vsphere.apiVIPs (10.0.0.5)"},
 		{"VIP outside default network", icHeader + "platform:\n  baremetal:\n    apiVIPs: [192.168.1.5]\n", "platform.baremetal.apiVIPs[0]", "10.0.0.0/16"},
-		{"no VIPs", icHeader + "platform:\n  none: {}\n", "platform.none.apiVIPs", "required"},
-		{"cloud platform", icHeader + "platform:\n  aws: {region: us-east-1}\n", "platform.aws", "bring their own VIPs"},
-		{"two platforms", icHeader + "platform:\n  ovirt: {apiVIPs: [10.0.0.5]}\n  vsphere: {apiVIPs: [10.0.0.5]}\n", "platform", "sets ovirt and vsphere"},
+		{"no VIPs", icHeader + "platform:\n  vsphere: {}\n", "platform.vsphere.apiVIPs", "required"},
+		{"platform none", icHeader + "platform:\n  none: {}\n", "platform.none", "write an appliance.yaml instead, with network.apiVIPs, network.ingressVIPs and nodes"},
+		{"cloud platform", icHeader + "platform:\n  aws: {region: us-east-1}\n", "platform.aws", "write an appliance.yaml"},
+		{"two platforms", icHeader + "platform:\n  ovirt: {api_vips: [10.0.0.5]}\n  vsphere: {apiVIPs: [10.0.0.5]}\n", "platform", "sets ovirt and vsphere"},
 		{"no platform", icHeader, "platform", "required"},
-		{"bad name", strings.Replace(icHeader, "name: lab", "name: Lab_1", 1) + "platform:\n  none: {apiVIPs: [10.0.0.5]}\n", "metadata.name", "not a DNS label"},
-		{"bad base domain", strings.Replace(icHeader, "baseDomain: example.com", "baseDomain: -bad", 1) + "platform:\n  none: {apiVIPs: [10.0.0.5]}\n", "baseDomain", "not a DNS name"},
-		{"bad machine network", icHeader + "networking:\n  machineNetwork: [{cidr: 10.0.0.1/16}]\nplatform:\n  none: {apiVIPs: [10.0.0.5]}\n", "networking.machineNetwork[0].cidr", "host bits"},
-		{"bad old machineCIDR", icHeader + "networking:\n  machineCIDR: nope\nplatform:\n  none: {apiVIPs: [10.0.0.5]}\n", "networking.machineCIDR", "not a CIDR"},
+		{"bad name", strings.Replace(icHeader, "name: lab", "name: Lab_1", 1) + "platform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "metadata.name", "not a DNS label"},
+		{"bad base domain", strings.Replace(icHeader, "baseDomain: example.com", "baseDomain: -bad", 1) + "platform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "baseDomain", "not a DNS name"},
+		{"bad machine network", icHeader + "networking:\n  machineNetwork: [{cidr: 10.0.0.1/16}]\nplatform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "networking.machineNetwork[0].cidr", "host bits"},
+		{"bad old machineCIDR", icHeader + "networking:\n  machineCIDR: nope\nplatform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "networking.machineCIDR", "not a CIDR"},
 		{"bad host mac", icHeader + "platform:\n  baremetal:\n    apiVIPs: [10.0.0.5]\n    hosts:\n    - {name: m0, role: master, bootMACAddress: 'zz'}\n", "platform.baremetal.hosts[0].bootMACAddress", "not a MAC address"},
 		{"duplicate host", icHeader + "platform:\n  baremetal:\n    apiVIPs: [10.0.0.5]\n    hosts:\n    - {name: m0, role: master}\n    - {name: m0, role: master}\n", "platform.baremetal.hosts[1].name", "used twice (also platform.baremetal.hosts[0])"},
 		{"bad host role", icHeader + "platform:\n  baremetal:\n    apiVIPs: [10.0.0.5]\n    hosts:\n    - {name: m0, role: arbiter}\n", "platform.baremetal.hosts[0].role", "not a role"},
 		{"VIP is a host", icHeader + "platform:\n  baremetal:\n    apiVIPs: [10.0.0.5]\n    hosts:\n    - name: m0\n      role: master\n      networkConfig: {interfaces: [{ipv4: {address: [{ip: 10.0.0.5}]}}]}\n", "platform.baremetal.apiVIPs[0]", "(platform.baremetal.hosts[0].networkConfig)"},
 		{"wrong type", icHeader + "platform:\n  baremetal:\n    apiVIPs: 10.0.0.5\n", "platform.baremetal.apiVIPs", "want a list"},
-		{"wrong apiVersion", strings.Replace(icHeader, "apiVersion: v1", "apiVersion: v2", 1) + "platform:\n  none: {apiVIPs: [10.0.0.5]}\n", "apiVersion", "want v1"},
+		{"wrong apiVersion", strings.Replace(icHeader, "apiVersion: v1", "apiVersion: v2", 1) + "platform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "apiVersion", "want v1"},
 		{"not a mapping", "[1, 2]", "", "want a mapping"},
 		{"not yaml", "a: [", "", "not valid YAML"},
 	}
