@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -656,32 +657,37 @@ func sortLines(lines []string) {
 
 // waitDestroyed polls until no labelled VM, DataVolume or PVC remains, so
 // an apply right after destroy does not collide with terminating objects.
+// It lists metadata only: a VM's spec is kilobytes, and the question is only
+// whether it is still there.
 func (p *Provider) waitDestroyed(ctx context.Context, sel []client.ListOption) error {
 	ctx, cancel := context.WithTimeout(ctx, p.wait)
 	defer cancel()
-	// Short first looks, then p.poll: with a garbage collector at work the
-	// objects go within a second, and a fixed 2 s poll was most of destroy.
-	every := min(50*time.Millisecond, p.poll)
+	// Short first looks, then every quarter second at most: the garbage
+	// collector removes the VMs over a few seconds, and a fixed 2 s poll was
+	// most of destroy.
+	every, most := min(50*time.Millisecond, p.poll), min(250*time.Millisecond, p.poll)
+	kinds := []struct {
+		kind string
+		gvk  schema.GroupVersionKind
+	}{
+		{"virtualmachine", kubevirtv1.SchemeGroupVersion.WithKind("VirtualMachineList")},
+		{"datavolume", cdiv1.SchemeGroupVersion.WithKind("DataVolumeList")},
+		{"persistentvolumeclaim", corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaimList")},
+	}
 	var left []string
 	for {
 		var now []string
-		for _, k := range []struct {
-			kind string
-			list client.ObjectList
-		}{
-			{"virtualmachine", &kubevirtv1.VirtualMachineList{}},
-			{"datavolume", &cdiv1.DataVolumeList{}},
-			{"persistentvolumeclaim", &corev1.PersistentVolumeClaimList{}},
-		} {
-			if err := p.c.List(ctx, k.list, sel...); err != nil {
+		for _, k := range kinds {
+			l := &metav1.PartialObjectMetadataList{}
+			l.SetGroupVersionKind(k.gvk)
+			if err := p.c.List(ctx, l, sel...); err != nil {
 				if ctx.Err() != nil && len(left) > 0 {
 					break // the wait is over: report what was left last time
 				}
 				return p.errf("kubevirt: destroy: wait: %w", err)
 			}
-			objs, _ := meta.ExtractList(k.list)
-			for _, o := range objs {
-				now = append(now, k.kind+"/"+o.(client.Object).GetName())
+			for _, o := range l.Items {
+				now = append(now, k.kind+"/"+o.Name)
 			}
 		}
 		if ctx.Err() == nil {
@@ -696,7 +702,7 @@ func (p *Provider) waitDestroyed(ctx context.Context, sel []client.ListOption) e
 				p.wait, strings.Join(left, ", "), p.opts.Namespace, left[0])
 		case <-time.After(every):
 		}
-		every = min(2*every, p.poll)
+		every = min(2*every, most)
 	}
 }
 
