@@ -97,7 +97,8 @@ func apiCall(n *netlab.Node, addr string) (string, error) {
 // TestHAProxySendsAPICallsOnlyToReadyServers: haproxy from the rendered
 // config, in a namespace, in front of stand-in apiservers in another; API
 // calls reach only the masters whose /readyz passes, and the bootstrap node
-// only while no master does.
+// only while no master does; Machine Config Server calls only those whose
+// /healthz passes.
 func TestHAProxySendsAPICallsOnlyToReadyServers(t *testing.T) {
 	need(t, "haproxy")
 	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "rhaproxy"})
@@ -118,23 +119,25 @@ func TestHAProxySendsAPICallsOnlyToReadyServers(t *testing.T) {
 	nodes.WriteString("  - {name: worker-0, role: worker, ips: [192.168.126.20]}\n")
 	out := renderCfg(t, labConfig(t, lab, nodes.String(), ""))
 
-	standIns := map[string]*standIn{}
+	standIns, mcs := map[string]*standIn{}, map[string]*standIn{}
 	for name, a := range addrs {
 		// master-2 is never ready: it must never get a call.
 		standIns[name] = startStandIn(t, srv, name, a+":6443", name != "master-2")
+		// The Machine Config Server of master-1 fails its /healthz.
+		mcs[name] = startStandIn(t, srv, "mcs-"+name, a+":22623", name != "master-1")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := lb.Start(ctx, "haproxy", "-db", "-f", filepath.Join(out, "haproxy", "haproxy.cfg")); err != nil {
 		t.Fatal(err)
 	}
-	api := lb.IPv4.Addr().String() + ":6443"
+	api, mcsAddr := lb.IPv4.Addr().String()+":6443", lb.IPv4.Addr().String()+":22623"
 
-	// calls makes n calls and counts who answered.
-	calls := func(n int) map[string]int {
+	// calls makes n calls to addr and counts who answered.
+	calls := func(addr string, n int) map[string]int {
 		got := map[string]int{}
 		for range n {
-			name, err := apiCall(lb, api)
+			name, err := apiCall(lb, addr)
 			if err != nil {
 				got["error: "+err.Error()]++
 				continue
@@ -146,7 +149,7 @@ func TestHAProxySendsAPICallsOnlyToReadyServers(t *testing.T) {
 	// settle waits until a round of calls is answered by exactly want
 	// (haproxy needs a few checks to notice a change), then checks that
 	// the next rounds stay that way.
-	settle := func(step string, want ...string) {
+	settle := func(addr, step string, want ...string) {
 		t.Helper()
 		same := func(got map[string]int) bool {
 			if len(got) != len(want) {
@@ -161,28 +164,34 @@ func TestHAProxySendsAPICallsOnlyToReadyServers(t *testing.T) {
 		}
 		deadline := time.Now().Add(15 * time.Second)
 		var got map[string]int
-		for got = calls(12); !same(got); got = calls(12) {
+		for got = calls(addr, 12); !same(got); got = calls(addr, 12) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: calls went to %v, want only %v", step, got, want)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		if got = calls(30); !same(got) {
+		if got = calls(addr, 30); !same(got) {
 			t.Fatalf("%s: once settled, calls went to %v, want only %v", step, got, want)
 		}
 	}
 
-	settle("all ready but master-2", "master-0", "master-1")
+	settle(mcsAddr, "MCS: master-1 fails /healthz", "mcs-master-0", "mcs-master-2")
+	settle(api, "all ready but master-2", "master-0", "master-1")
 	standIns["master-1"].healthy.Store(false)
-	settle("master-1 fails /readyz", "master-0")
+	settle(api, "master-1 fails /readyz", "master-0")
 	standIns["master-0"].healthy.Store(false)
-	settle("no master ready: the bootstrap node is the backup", "bootstrap")
+	settle(api, "no master ready: the bootstrap node is the backup", "bootstrap")
 	standIns["master-2"].healthy.Store(true)
-	settle("master-2 ready at last: the backup is left", "master-2")
+	settle(api, "master-2 ready at last: the backup is left", "master-2")
 
 	for name, s := range standIns {
 		if s.checked("/readyz") == 0 || s.checked("/healthz") != 0 {
 			t.Errorf("%s: %d /readyz and %d /healthz checks; want /readyz only", name, s.checked("/readyz"), s.checked("/healthz"))
+		}
+	}
+	for name, s := range mcs {
+		if s.checked("/healthz") == 0 || s.checked("/readyz") != 0 {
+			t.Errorf("MCS of %s: %d /healthz and %d /readyz checks; want /healthz only", name, s.checked("/healthz"), s.checked("/readyz"))
 		}
 	}
 }
