@@ -14,8 +14,8 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -152,12 +152,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.LabelSelector = w.opts.LabelSelector
+			w.log.Debug("listing Nodes", "resource_version", o.ResourceVersion)
 			l, err := nodes.List(ctx, o)
 			w.contact(ctx, err)
 			return l, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = w.opts.LabelSelector
+			if o.SendInitialEvents != nil && *o.SendInitialEvents {
+				w.log.Debug("listing Nodes by a watch", "resource_version", o.ResourceVersion)
+			}
 			wi, err := nodes.Watch(ctx, o)
 			w.contact(ctx, err)
 			return wi, err
