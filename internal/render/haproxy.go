@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -10,19 +11,36 @@ import (
 	"appliance/lb"
 )
 
-// Ingress router health, as OpenShift documents it for user-provisioned
-// load balancers: HTTP GET /healthz/ready on the router's stats port.
-const (
-	ingressCheckPort = 1936
-	ingressCheckPath = "/healthz/ready"
-)
+// ingressCheck is how haproxy checks an ingress node: the port, path and
+// scheme of vrrp.ingressHealthURL (the router's readiness, by default
+// OpenShift's http://127.0.0.1:1936/healthz/ready), asked of the node
+// instead of of itself.
+func ingressCheck(cfg *cluster.Config) (port, path, tls string) {
+	u, err := url.Parse(cfg.VRRP.IngressHealthURL)
+	if err != nil || u.Host == "" {
+		u, _ = url.Parse(cluster.DefaultIngressHealthURL)
+	}
+	port = u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	if u.Scheme == "https" {
+		tls = " check-ssl verify none"
+	}
+	path = u.RequestURI()
+	return port, path, tls
+}
 
 // HAProxy returns haproxy/haproxy.cfg: the API (6443) and the Machine
 // Config Server (22623, unless lb.mcs is false) across the control plane
 // with the bootstrap node as a backup, checked over TLS with GET /readyz and
 // GET /healthz like `appliance lb`, with its intervals, rise and fall; and
 // HTTP (80) and HTTPS (443) to the ingress nodes (the workers, or the masters
-// of a cluster without workers), checked on the router's /healthz/ready.
+// of a cluster without workers), checked at vrrp.ingressHealthURL's port
+// and path on each node.
 func HAProxy(cfg *cluster.Config, opts Options) string {
 	d := lb.DefaultOptions()
 	h, p := d.Health, d.Proxy
@@ -93,12 +111,13 @@ defaults
 	if len(ingress) == 0 {
 		ingress = masters
 	}
+	checkPort, checkPath, checkTLS := ingressCheck(cfg)
 	for _, port := range []uint16{80, 443} {
 		fmt.Fprintf(&b, "\nlisten ingress-router-%d\n", port)
 		writeBinds(&b, port, v6)
-		fmt.Fprintf(&b, "\tbalance source\n\toption httpchk GET %s\n\thttp-check expect status 200\n", ingressCheckPath)
+		fmt.Fprintf(&b, "\tbalance source\n\toption httpchk GET %s\n\thttp-check expect status 200\n", checkPath)
 		for _, n := range ingress {
-			fmt.Fprintf(&b, "\tserver %s %s check port %d\n", n.Name, hostPort(n, port), ingressCheckPort)
+			fmt.Fprintf(&b, "\tserver %s %s check port %s%s\n", n.Name, hostPort(n, port), checkPort, checkTLS)
 		}
 	}
 	return b.String()
