@@ -12,6 +12,7 @@ type Metrics struct {
 	drops    *prometheus.CounterVec
 	leases   prometheus.GaugeFunc
 	flushes  prometheus.Histogram
+	reopens  prometheus.Counter
 	store    *Store
 }
 
@@ -36,6 +37,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time an ACK waited for its lease to reach the disk.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 12),
 		}),
+		reopens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dhcp_socket_reopens_total",
+			Help: "Times the receive socket failed and was opened again.",
+		}),
 	}
 	m.leases = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "appliance_dhcp_leases",
@@ -47,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return float64(len(m.store.Leases()))
 	})
 	if reg != nil {
-		reg.MustRegister(m.received, m.replies, m.drops, m.leases, m.flushes)
+		reg.MustRegister(m.received, m.replies, m.drops, m.leases, m.flushes, m.reopens)
 	}
 	return m
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
 
@@ -566,5 +567,71 @@ func TestNetnsTwoServers(t *testing.T) {
 	}
 	if len(b.Store().Leases()) != 0 {
 		t.Errorf("standby holds leases: %+v", b.Store().Leases())
+	}
+}
+
+// TestNetnsSocketReopens: a receive socket that fails is opened again, so
+// the server never stays up deaf.
+func TestNetnsSocketReopens(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "dhcpreo"})
+	n0, n1 := lab.Nodes[0], lab.Nodes[1]
+	flushAddrs(t, n1)
+	var s *Server
+	if err := n0.Do(func() error {
+		var err error
+		s, err = New(labOptions(""), NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Run re-opens from its own goroutine; the socket belongs in the node.
+	s.listen = func(iface string) (*net.UDPConn, error) {
+		var c *net.UDPConn
+		err := n0.Do(func() error {
+			var err error
+			c, err = listen(iface)
+			return err
+		})
+		return c, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server run: %v", err)
+		}
+	}()
+	lease := func() netip.Addr {
+		t.Helper()
+		var got netip.Addr
+		err := n1.Do(func() error {
+			c, err := nclient4.New("eth0", nclient4.WithTimeout(time.Second), nclient4.WithRetry(5))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			l, err := c.Request(context.Background())
+			if err != nil {
+				return err
+			}
+			got = addr(l.ACK.YourIPAddr)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if got := lease(); got != n1Reserved {
+		t.Fatalf("leased %v, want %v", got, n1Reserved)
+	}
+	s.conn.Load().Close() // the socket fails under the reader
+	if got := lease(); got != n1Reserved {
+		t.Fatalf("after the socket failed: leased %v, want %v", got, n1Reserved)
+	}
+	if n := testutil.ToFloat64(s.metrics.reopens); n != 1 {
+		t.Errorf("socket re-opens %v, want 1", n)
 	}
 }

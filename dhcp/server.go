@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,7 +39,9 @@ type Server struct {
 	store   *Store
 	metrics *Metrics
 	log     *slog.Logger
-	conn    *net.UDPConn
+	conn    atomic.Pointer[net.UDPConn] // replaced when the socket is opened again
+	// listen opens the socket; tests replace it to inject failures.
+	listen  func(iface string) (*net.UDPConn, error)
 	prober  *prober
 	probes  chan struct{} // bounds probes in flight
 	probing sync.WaitGroup
@@ -92,14 +95,17 @@ func New(opts Options, metrics *Metrics, log *slog.Logger) (*Server, error) {
 		probes:  make(chan struct{}, maxProbes),
 		lastAck: map[string]time.Time{},
 		bufs:    sync.Pool{New: func() any { b := make([]byte, maxPacket); return &b }},
+		listen:  listen,
 	}
 	s.debug = s.log.Enabled(context.Background(), slog.LevelDebug)
-	if s.conn, err = listen(opts.Interface); err != nil {
+	conn, err := s.listen(opts.Interface)
+	if err != nil {
 		return nil, err
 	}
+	s.conn.Store(conn)
 	if !opts.Pool.IsZero() && opts.ProbeTimeout > 0 {
 		if s.prober, err = newProber(ifi, opts.ProbeTimeout); err != nil {
-			s.conn.Close()
+			conn.Close()
 			return nil, err
 		}
 	}
@@ -134,6 +140,12 @@ func interfaceAddr(ifi *net.Interface, network netip.Prefix) (netip.Addr, error)
 	}
 	return netip.Addr{}, fmt.Errorf("dhcp: interface %s has no IPv4 address to use as server identifier", ifi.Name)
 }
+
+// Backoff between attempts to open the receive socket again.
+const (
+	minReopen = 100 * time.Millisecond
+	maxReopen = 5 * time.Second
+)
 
 // listen opens 0.0.0.0:67 bound to the device. Binding to the interface's
 // address instead would never receive the clients' broadcasts.
@@ -259,19 +271,46 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		})
 	}
-	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
+	var mu sync.Mutex // orders the closing on ctx against a re-open
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		s.conn.Load().Close()
+		mu.Unlock()
+	})
 	defer stop()
 	var rerr error
-	for {
+	backoff := minReopen
+	for ctx.Err() == nil {
 		buf := s.bufs.Get().(*[]byte)
-		n, peer, err := s.conn.ReadFromUDP(*buf)
+		conn := s.conn.Load()
+		n, peer, err := conn.ReadFromUDP(*buf)
 		if err != nil {
 			s.bufs.Put(buf)
-			if ctx.Err() == nil {
-				rerr = fmt.Errorf("dhcp: receive: %w", err)
+			if ctx.Err() != nil {
+				break
 			}
-			break
+			// A reader that stops would leave the server up and deaf:
+			// open the socket again, backing off while that fails.
+			s.metrics.reopens.Inc()
+			s.log.Warn("receive failed; opening the socket again", "err", err, "retry_in", backoff)
+			conn.Close()
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, maxReopen)
+			mu.Lock()
+			if ctx.Err() == nil {
+				if c, err := s.listen(s.opts.Interface); err != nil {
+					s.log.Warn("cannot open the socket yet", "err", err)
+				} else {
+					s.conn.Store(c)
+				}
+			}
+			mu.Unlock()
+			continue
 		}
+		backoff = minReopen
 		select {
 		case jobs <- job{buf: buf, n: n, peer: peer}:
 		default:
@@ -352,7 +391,7 @@ func (s *Server) handle(ctx context.Context, b []byte, peer *net.UDPAddr) {
 
 func (s *Server) send(req, reply *dhcpv4.DHCPv4) {
 	dst := destination(req, reply)
-	if _, err := s.conn.WriteToUDP(reply.ToBytes(), dst); err != nil {
+	if _, err := s.conn.Load().WriteToUDP(reply.ToBytes(), dst); err != nil {
 		s.log.Warn("send reply", "err", err, "to", dst, "mac", req.ClientHWAddr.String())
 		return
 	}
