@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -29,7 +30,10 @@ import (
 type Options struct {
 	// Kubeconfig is the kubeconfig file to read; see Kubeconfig for
 	// picking one. Required. Its credentials must be allowed to list and
-	// watch Nodes (a kubelet's are).
+	// watch every Node. A kubelet's own are not, by default, since
+	// Kubernetes 1.34: the Node authorizer limits them to their own Node,
+	// and only an RBAC grant to system:nodes (or another identity) widens
+	// that. Status and the log say so when the API refuses.
 	Kubeconfig string
 	// LocalServer, when set, replaces the kubeconfig's server URL, e.g.
 	// DefaultLocalServer. Set it on every node that runs a kube-apiserver
@@ -46,9 +50,11 @@ type Options struct {
 
 // Status is the Watcher's section of /status.
 type Status struct {
-	Server    string `json:"server"`
-	Reachable bool   `json:"reachable"` // the last request to the API succeeded
-	Synced    bool   `json:"synced"`    // the first full list has been applied
+	Server string `json:"server"`
+	// Reachable: the API answered the last request, if only to refuse
+	// it (then Error says why).
+	Reachable bool `json:"reachable"`
+	Synced    bool `json:"synced"` // the first full list has been applied
 	// LastSync is when the API last answered (a list, a watch or an event).
 	LastSync time.Time `json:"last_sync,omitzero"`
 	// DownSince is when the current outage began; zero while reachable.
@@ -70,8 +76,7 @@ type Watcher struct {
 	synced   atomic.Bool
 	mu       sync.Mutex
 	known    map[string]cluster.Member // what this source last put in the State, by name
-	up       bool                      // the last request succeeded
-	tried    bool                      // some request has completed
+	api      apiState                  // how the last request went
 	down     time.Time
 	lastSync time.Time
 	lastErr  string
@@ -131,7 +136,7 @@ func (w *Watcher) Status() any {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return Status{
-		Server: w.server, Reachable: w.up, Synced: w.synced.Load(), LastSync: w.lastSync,
+		Server: w.server, Reachable: w.api == apiUp || w.api == apiRefused, Synced: w.synced.Load(), LastSync: w.lastSync,
 		DownSince: w.down, Error: w.lastErr, Nodes: len(w.known),
 	}
 }
@@ -159,15 +164,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.LabelSelector = w.opts.LabelSelector
-			if o.SendInitialEvents != nil && *o.SendInitialEvents {
-				w.log.Debug("listing Nodes by a watch", "resource_version", o.ResourceVersion)
-			}
 			wi, err := nodes.Watch(ctx, o)
 			w.contact(ctx, err)
 			return wi, err
 		},
 	}
-	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, w.client), &corev1.Node{}, 0, cache.Indexers{})
+	// Plain list and watch, not a streaming list: client-go's streaming
+	// list sleeps out its backoff (up to 30 s) without looking at ctx, so
+	// Run could not return promptly while the API is down. A few hundred
+	// Nodes make a small list anyway.
+	inf := cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(lw, noStreamingList{}), &corev1.Node{}, 0, cache.Indexers{})
 	// The default handler reports every failed list as an error, once per
 	// retry; contact already logs an outage once.
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *cache.Reflector, err error) { w.contact(ctx, err) }); err != nil {
@@ -205,31 +211,66 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// contact records the outcome of a request to the API and logs an outage
-// once when it begins and once when it ends, never per retry.
+// noStreamingList tells the reflector not to list by a watch.
+type noStreamingList struct{}
+
+func (noStreamingList) IsWatchListSemanticsUnSupported() bool { return true }
+
+// apiState is how the last request to the API went.
+type apiState int
+
+const (
+	apiUntried apiState = iota
+	apiUp
+	apiDown    // no answer, or a failing server
+	apiRefused // our credentials are not allowed to read Nodes
+)
+
+// contact records the outcome of a request to the API and logs when that
+// changes (an outage begins or ends, the credentials are refused), never
+// per retry.
 func (w *Watcher) contact(ctx context.Context, err error) {
 	if err != nil && ctx.Err() != nil {
 		return // our own cancellation, not an outage
 	}
 	now := time.Now()
+	next := apiUp
+	switch {
+	case err == nil:
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
+		next = apiRefused
+	default:
+		next = apiDown
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	wasUp, tried := w.up, w.tried
-	w.tried = true
-	if err == nil {
-		w.up, w.lastSync, w.lastErr = true, now, ""
-		if tried && !wasUp {
+	prev := w.api
+	w.api = next
+	if next == apiUp {
+		w.lastSync, w.lastErr = now, ""
+		if prev == apiDown || prev == apiRefused {
 			w.log.Info("Kubernetes API reachable again", "down_for", now.Sub(w.down).Round(time.Millisecond))
 		}
 		w.down = time.Time{}
 		return
 	}
-	w.up, w.lastErr = false, err.Error()
-	if wasUp || !tried {
-		w.down = now
-		w.log.Warn("Kubernetes API unreachable; keeping the last view of its Nodes until it answers again",
-			"members", len(w.known), "err", err)
+	w.lastErr = err.Error()
+	if prev == next {
+		return
 	}
+	if w.down.IsZero() {
+		w.down = now
+	}
+	if next == apiRefused {
+		// The Node authorizer limits a kubelet's own credentials to its
+		// own Node object (Kubernetes 1.34 and later), unless RBAC grants
+		// more.
+		w.log.Warn("Kubernetes API refuses this kubeconfig's credentials to list and watch Nodes; keeping the last view",
+			"kubeconfig", w.opts.Kubeconfig, "members", len(w.known), "err", err)
+		return
+	}
+	w.log.Warn("Kubernetes API unreachable; keeping the last view of its Nodes until it answers again",
+		"members", len(w.known), "err", err)
 }
 
 func (w *Watcher) upsert(obj any) {
