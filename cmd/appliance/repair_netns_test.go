@@ -160,3 +160,42 @@ vrrp: {advertInterval: 100ms}
 		t.Errorf("no move line in the mover's log:\n%s", out)
 	}
 }
+
+// An interface deleted and created again (a bridge or bond rebuilt by
+// NetworkManager) is a FAULT while it is gone and is opened again when it
+// is back, with its new index.
+func TestVIPInterfaceDeletedAndRecreated(t *testing.T) {
+	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipre"})
+	n0, n1 := lab.Nodes[0], lab.Nodes[1]
+	own := n1.IPv4.String()
+	bridge := func() {
+		runIn(t, n1, "ip", "link", "add", "br-ex", "type", "bridge")
+		runIn(t, n1, "ip", "link", "set", "eth0", "master", "br-ex")
+		runIn(t, n1, "ip", "addr", "add", own, "dev", "br-ex")
+		runIn(t, n1, "ip", "link", "set", "br-ex", "up")
+	}
+	runIn(t, n1, "ip", "addr", "del", own, "dev", "eth0")
+	bridge()
+	procs := map[string]*netlab.Process{}
+	dumpOnFailure(t, procs)
+	procs["n0"] = startAppliance(t, n0, vipArgs(lab, 90)...)
+	args := vipArgs(lab, 100)
+	for i, a := range args {
+		if a == "eth0" {
+			args[i] = "br-ex"
+		}
+	}
+	procs["n1"] = startAppliance(t, n1, args...)
+	watchHolders(t, lab.Nodes, labVIP, 10*time.Second, "n1 holding the VIP on br-ex", heldBy(1, "br-ex"))
+
+	runIn(t, n1, "ip", "link", "del", "br-ex")
+	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "n0 holding the VIP", heldBy(0, "eth0"))
+	t.Logf("n0 held the VIP %s after br-ex was deleted", took.Round(time.Millisecond))
+
+	bridge()
+	took = pollHolders(t, lab.Nodes, labVIP, 10*time.Second, "n1 holding the VIP on the new br-ex", true, heldBy(1, "br-ex"))
+	t.Logf("n1 took the VIP back %s after br-ex was created again", took.Round(time.Millisecond))
+	if out := procs["n1"].Output(); grepLines(out, "sockets re-opened") == "" {
+		t.Errorf("no re-open line in n1's log:\n%s", grepLines(out, "vrrp"))
+	}
+}
