@@ -83,7 +83,7 @@ func startAPIServer() (stop func(), err error) {
 	if state, err = filepath.EvalSymlinks(state); err != nil { // stop.sh compares this spelling
 		return stop, err
 	}
-	kc, err := script(map[string]string{"KUBE_OWNER_PID": fmt.Sprint(os.Getpid())}, "kube-apiserver/start.sh", state)
+	kc, err := startServer(state)
 	// stop.sh ends exactly the processes start.sh recorded, even after a
 	// failed start; the watchdog covers a test binary that is killed.
 	stop = func() { stopServer(state) }
@@ -138,6 +138,20 @@ func startAPIServer() (stop func(), err error) {
 	}
 	fmt.Fprintf(os.Stderr, "platform/kubevirt tests: kube-apiserver with KubeVirt and CDI CRDs ready in %s\n", time.Since(t0).Round(time.Millisecond))
 	return stop, nil
+}
+
+// startServer runs start.sh once more when it fails: it picks free ports
+// before binding them, and another program on the machine may take one in
+// between.
+func startServer(state string) (kubeconfig string, err error) {
+	env := map[string]string{"KUBE_OWNER_PID": fmt.Sprint(os.Getpid())}
+	kc, err := script(env, "kube-apiserver/start.sh", state)
+	if err == nil {
+		return kc, nil
+	}
+	fmt.Fprintf(os.Stderr, "platform/kubevirt tests: once more after %v\n", err)
+	stopServer(state) // removes state
+	return script(env, "kube-apiserver/start.sh", state)
 }
 
 // startGarbageCollector runs kube-controller-manager as start.sh does with

@@ -2,8 +2,6 @@ package kubevirt
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -162,7 +160,7 @@ func TestPreflightWithoutKubeVirt(t *testing.T) {
 		t.Fatal(err)
 	}
 	state = filepath.Join(state, "api")
-	kc, err := script(map[string]string{"KUBE_OWNER_PID": fmt.Sprint(os.Getpid())}, "kube-apiserver/start.sh", state)
+	kc, err := startServer(state)
 	t.Cleanup(func() { stopServer(state) })
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -732,4 +733,58 @@ func TestPrepareImage(t *testing.T) {
 			t.Errorf("no URL: %v", err)
 		}
 	})
+}
+
+// TestWaitRunning: apply --wait's wait on the KubeVirt provider, with the
+// test writing what KubeVirt would (the VM's printable status, the
+// instance and its interfaces' addresses).
+func TestWaitRunning(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	p, _ := newProvider(t, ns, nil)
+	spec := testSpec()
+	spec.Machines = spec.Machines[:3]
+	for i := range spec.Machines {
+		spec.Machines[i].IPs = []netip.Addr{netip.MustParseAddr(fmt.Sprintf("192.168.126.%d", 9+i))}
+	}
+	applyAll(t, p, spec, false)
+	ctx := context.Background()
+	run := func(m platform.Machine, ip string) {
+		vm := &kubevirtv1.VirtualMachine{}
+		if err := kube.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: m.Name}, vm); err != nil {
+			t.Fatal(err)
+		}
+		vm.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusRunning
+		if err := kube.c.Status().Update(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+		vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: m.Name, Namespace: ns, Labels: vm.Spec.Template.ObjectMeta.Labels},
+			Spec: vm.Spec.Template.Spec}
+		vmi.Status.Phase = kubevirtv1.Running
+		if ip != "" {
+			vmi.Status.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "nic0", IPs: []string{ip}}}
+		}
+		if err := kube.c.Create(ctx, vmi); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(spec.Machines[0], "192.168.126.9")
+	run(spec.Machines[1], "")
+	// master-1 is left as apply left it: started, not running.
+
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	var seen []string
+	_, err := platform.WaitRunning(wctx, p, spec, 20*time.Millisecond, func(e platform.Event) { seen = append(seen, e.Machine+" "+e.Stage) })
+	if err == nil {
+		t.Fatal("wait succeeded with two VMs not running with their addresses")
+	}
+	for _, want := range []string{"ocp4-x7k2p-master-0 (running, no address yet)", "ocp4-x7k2p-master-1 (starting)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if !slices.Contains(seen, "ocp4-x7k2p-bootstrap running at 192.168.126.9") {
+		t.Errorf("progress %q lacks the running bootstrap", seen)
+	}
 }
