@@ -57,7 +57,8 @@ type Status struct {
 	Synced    bool `json:"synced"` // the first full list has been applied
 	// LastSync is when the API last answered (a list, a watch or an event).
 	LastSync time.Time `json:"last_sync,omitzero"`
-	// DownSince is when the current outage began; zero while reachable.
+	// DownSince is when the API stopped serving Nodes to us (no answer,
+	// or a refusal); zero while it serves them.
 	DownSince time.Time `json:"down_since,omitzero"`
 	Error     string    `json:"error,omitempty"`
 	Nodes     int       `json:"nodes"` // members this source holds in the State
