@@ -21,6 +21,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/platform"
+	"appliance/platform/kubevirt/kubevirttest"
 )
 
 // TestBenchProvisionKubeVirt times `appliance provision apply` and
@@ -34,7 +35,7 @@ import (
 func TestBenchProvisionKubeVirt(t *testing.T) {
 	needAPI(t)
 	const workers, rounds = 50, 5
-	root, err := moduleRoot()
+	root, err := kubevirttest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package kubevirt
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"appliance/platform"
+	"appliance/platform/kubevirt/kubevirttest"
 )
 
 // preflightErr runs Preflight and returns its error text ("" for none)
@@ -155,16 +155,15 @@ func TestPreflightAccess(t *testing.T) {
 func TestPreflightWithoutKubeVirt(t *testing.T) {
 	needAPI(t)
 	t.Parallel()
-	state, err := filepath.EvalSymlinks(t.TempDir())
+	srv, skip, err := kubevirttest.StartBare()
+	t.Cleanup(srv.Stop)
 	if err != nil {
 		t.Fatal(err)
 	}
-	state = filepath.Join(state, "api")
-	kc, err := startServer(state)
-	t.Cleanup(func() { stopServer(state) })
-	if err != nil {
-		t.Fatal(err)
+	if srv == nil {
+		kubevirttest.Skip(t, skip)
 	}
+	kc := srv.Kubeconfig
 
 	_, err = New(context.Background(), Options{Kubeconfig: kc, Namespace: "default", Network: "machine-net"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "serves no KubeVirt kubevirt.io/v1 VirtualMachine API") || !strings.Contains(err.Error(), KubeVirtRelease) {
@@ -190,11 +189,7 @@ func TestPreflightWithoutKubeVirt(t *testing.T) {
 		t.Errorf("preflight without KubeVirt: %s", got)
 	}
 
-	crds, err := script(nil, "kubevirt-crds/gen.sh", kubevirtCRDs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := script(nil, "kubevirt-crds/install.sh", kc, crds); err != nil {
+	if err := srv.InstallCRDs(false); err != nil {
 		t.Fatal(err)
 	}
 	got, _ = preflightErr(t, bare(), testSpec())
