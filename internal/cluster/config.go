@@ -188,6 +188,10 @@ type LB struct {
 type DNS struct {
 	Enabled bool // serve DNS in `appliance run` (default true)
 	MDNS    bool // publish this node and learn the others with multicast DNS
+	// AllowFrom lists client networks answered besides the machine networks
+	// and loopback (e.g. a pod or management network); every other client
+	// is refused, so the node is never an open resolver.
+	AllowFrom []netip.Prefix
 }
 
 // Admin configures the admin HTTP listener.

@@ -245,6 +245,13 @@ func TestParseBad(t *testing.T) {
 		{name: "lb unknown field", muts: []mut{{"lb.algorithm", "leastconn"}}, wantPath: "lb.algorithm", wantMsg: "unknown field"},
 		{name: "dns mdns not bool", muts: []mut{{"dns.mdns", "on"}}, wantPath: "dns.mdns", wantMsg: "want true or false"},
 		{name: "dns unknown field", muts: []mut{{"dns.listen", ":53"}}, wantPath: "dns.listen", wantMsg: "unknown field"},
+		{name: "dns allowFrom not a CIDR", muts: []mut{{"dns.allowFrom", []any{"10.128.0.0/14", "pods"}}}, wantPath: "dns.allowFrom[1]", wantMsg: `"pods" is not a CIDR`},
+		{name: "dns allowFrom no length", muts: []mut{{"dns.allowFrom", []any{"10.0.0.7"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "want 10.0.0.7/32 for this one client"},
+		{name: "dns allowFrom host bits", muts: []mut{{"dns.allowFrom", []any{"10.128.0.1/14"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "did you mean 10.128.0.0/14?"},
+		{name: "dns allowFrom everyone", muts: []mut{{"dns.allowFrom", []any{"::/0"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "open resolver"},
+		{name: "dns allowFrom mapped", muts: []mut{{"dns.allowFrom", []any{"::ffff:10.0.0.0/104"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "write it as IPv4"},
+		{name: "dns allowFrom empty", muts: []mut{{"dns.allowFrom", []any{""}}}, wantPath: "dns.allowFrom[0]", wantMsg: "is empty"},
+		{name: "dns allowFrom not a list", muts: []mut{{"dns.allowFrom", "10.128.0.0/14"}}, wantPath: "dns.allowFrom", wantMsg: "want a list"},
 
 		// admin
 		{name: "listen no port", muts: []mut{{"admin.listen", "127.0.0.1"}}, wantPath: "admin.listen", wantMsg: "is not host:port"},
@@ -374,6 +381,13 @@ func TestParseGood(t *testing.T) {
 				}
 				if !reflect.DeepEqual(c.Network.UpstreamDNS, want) {
 					t.Errorf("upstreamDNS = %v", c.Network.UpstreamDNS)
+				}
+			}},
+		{name: "dns allowFrom", muts: []mut{{"dns.allowFrom", []any{"10.128.0.0/14", "fd01::/48", "10.0.0.7/32"}}},
+			check: func(t *testing.T, c *Config) {
+				want := []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14"), netip.MustParsePrefix("fd01::/48"), netip.MustParsePrefix("10.0.0.7/32")}
+				if !reflect.DeepEqual(c.DNS.AllowFrom, want) {
+					t.Errorf("dns.allowFrom = %v", c.DNS.AllowFrom)
 				}
 			}},
 		{name: "compat mode", muts: []mut{{"vrrp.mode", "keepalived-openshift"}},

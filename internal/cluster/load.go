@@ -111,8 +111,9 @@ type rawLB struct {
 }
 
 type rawDNS struct {
-	Enabled *bool `json:"enabled"`
-	MDNS    *bool `json:"mdns"`
+	Enabled   *bool    `json:"enabled"`
+	MDNS      *bool    `json:"mdns"`
+	AllowFrom []string `json:"allowFrom"`
 }
 
 type rawCluster struct {

@@ -124,6 +124,7 @@ func (v *validator) lbAndDNS(r *rawConfig, c *Config) {
 	c.DNS.MDNS = orDefault(r.DNS.MDNS, false)
 	c.LB.Enabled = orDefault(r.LB.Enabled, true)
 	c.DNS.Enabled = orDefault(r.DNS.Enabled, true)
+	v.dnsAllowFrom(r, c)
 	c.VRRP.Enabled = orDefault(r.VRRP.Enabled, true)
 	c.DHCP.Enabled = orDefault(r.DHCP.Enabled, false)
 	c.VRRP.IngressHealthURL = DefaultIngressHealthURL
@@ -134,6 +135,33 @@ func (v *validator) lbAndDNS(r *rawConfig, c *Config) {
 }
 
 // dhcp validates the dhcp section; everything in it is optional.
+// dnsAllowFrom reads dns.allowFrom: client networks the DNS answers besides
+// the machine networks and loopback.
+func (v *validator) dnsAllowFrom(r *rawConfig, c *Config) {
+	for i, s := range r.DNS.AllowFrom {
+		p := fmt.Sprintf("dns.allowFrom[%d]", i)
+		pfx, err := netip.ParsePrefix(s)
+		switch {
+		case s == "":
+			v.add(p, "is empty (want a client network like 10.128.0.0/14)")
+		case err != nil:
+			if a, err := netip.ParseAddr(s); err == nil {
+				v.add(p, "%q has no prefix length (want %s/%d for this one client, or its network)", s, a.WithZone(""), a.BitLen())
+			} else {
+				v.add(p, "%q is not a CIDR (want e.g. 10.128.0.0/14 or fd01::/48)", s)
+			}
+		case pfx.Addr().Is4In6():
+			v.add(p, "%q is an IPv4-mapped IPv6 prefix; write it as IPv4", s)
+		case pfx != pfx.Masked():
+			v.add(p, "%q has host bits set (did you mean %s?)", s, pfx.Masked())
+		case pfx.Bits() == 0:
+			v.add(p, "%s lets every client use the DNS, an open resolver; list the networks that need it", pfx)
+		default:
+			c.DNS.AllowFrom = append(c.DNS.AllowFrom, pfx)
+		}
+	}
+}
+
 func (v *validator) dhcp(r *rawConfig, c *Config) {
 	d, out := r.DHCP, &c.DHCP
 	out.LeaseTime = DefaultDHCPLeaseTime
