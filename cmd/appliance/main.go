@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"appliance/internal/service"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd().ExecuteContext(ctx)
+	err := service.Hint(newRootCmd().ExecuteContext(ctx))
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "appliance:", err)
