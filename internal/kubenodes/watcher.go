@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,11 @@ type Options struct {
 	// LabelSelector, when set, limits the Nodes watched (Kubernetes label
 	// selector syntax); empty: every Node.
 	LabelSelector string
+	// Domain, when set (the cluster domain, e.g. "ocp4.example.com"), is
+	// cut from Node names that end in it: a kubelet registers under its
+	// host name, which may be fully qualified, while members carry short
+	// names (appliance.yaml's, and the labels DNS puts under the domain).
+	Domain string
 }
 
 // Status is the Watcher's section of /status.
@@ -150,6 +156,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return errors.New("kubenodes: Run called while already running")
 	}
 	defer w.running.Store(false)
+	// An earlier Run's view is not confirmed until this one has listed.
+	w.synced.Store(false)
 	// The informer's own logs (reflector, handler panics) go through our
 	// logger rather than klog's global one.
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(w.log.Handler()))
@@ -280,6 +288,7 @@ func (w *Watcher) upsert(obj any) {
 		return
 	}
 	m := MemberOf(n)
+	m.Name = w.memberName(n.Name)
 	w.mu.Lock()
 	old, had := w.known[m.Name]
 	w.known[m.Name] = m
@@ -305,8 +314,21 @@ func (w *Watcher) deleted(obj any) {
 		_, name, _ = cache.SplitMetaNamespaceKey(o.Key)
 	}
 	if name != "" {
-		w.remove(name)
+		w.remove(w.memberName(name))
 	}
+}
+
+// memberName is the member a Node called node stands for: its name
+// without Options.Domain.
+func (w *Watcher) memberName(node string) string {
+	d := strings.TrimSuffix(w.opts.Domain, ".")
+	if d == "" || len(node) <= len(d)+1 {
+		return node
+	}
+	if cut := len(node) - len(d) - 1; node[cut] == '.' && strings.EqualFold(node[cut+1:], d) {
+		return node[:cut]
+	}
+	return node
 }
 
 // remove withdraws what this source said about name. A configured member
@@ -332,10 +354,16 @@ func (w *Watcher) remove(name string) {
 // prune removes the members this source put in the State before (an
 // earlier Run) whose Nodes the first list no longer holds.
 func (w *Watcher) prune(store cache.Store) {
+	present := map[string]bool{}
+	for _, obj := range store.List() {
+		if n, ok := obj.(*corev1.Node); ok {
+			present[w.memberName(n.Name)] = true
+		}
+	}
 	w.mu.Lock()
 	var gone []string
 	for name := range w.known {
-		if _, ok, _ := store.GetByKey(name); !ok {
+		if !present[name] {
 			gone = append(gone, name)
 		}
 	}

@@ -240,13 +240,14 @@ func TestDay2NodesBecomeMembers(t *testing.T) {
 	waitReady(t, w, appear)
 
 	master, worker, compact := p+"master-0", p+"worker-0", p+"compact-0"
+	start := time.Now()
 	createNode(t, sel, node{name: master, roles: []string{"control-plane"}, ips: []string{"192.0.2.10", "2001:db8::10"}, ready: true,
 		extras: []corev1.NodeAddress{{Type: corev1.NodeExternalIP, Address: "198.51.100.10"}, {Type: corev1.NodeHostName, Address: master}}})
-	took := waitFor(t, st, appear, "a control-plane Node", has(master, func(m cluster.Member) bool {
+	waitFor(t, st, appear, "a control-plane Node", has(master, func(m cluster.Member) bool {
 		return m.Role == cluster.RoleMaster && m.Source == cluster.SourceKubernetes && m.Healthy &&
 			slices.Equal(m.IPs, addrs("192.0.2.10", "2001:db8::10")) && !m.LastSeen.IsZero()
 	}))
-	t.Logf("a created Node was a member %s after its status was written", took.Round(time.Millisecond))
+	t.Logf("a Node was a complete member %s after its creation began (create, then status)", time.Since(start).Round(100*time.Microsecond))
 
 	createNode(t, sel, node{name: worker, roles: []string{"worker"}, ips: []string{"192.0.2.20"}, ready: false})
 	waitFor(t, st, appear, "a worker Node that is not ready", has(worker, func(m cluster.Member) bool {
@@ -352,6 +353,30 @@ func TestConfiguredMemberMerges(t *testing.T) {
 	if m, ok := st.Snapshot().Member(name); !ok || m.Source != cluster.SourceConfig {
 		t.Errorf("after the Node's deletion the configured member is %+v (present %v)", m, ok)
 	}
+}
+
+// With Options.Domain, a Node registered under its fully qualified name
+// stands for the configured member with the short one.
+func TestDomainCutFromNodeNames(t *testing.T) {
+	requireAPI(t)
+	sel, p := testRun(t)
+	short := p + "master-1"
+	st := newState(cluster.Node{Name: short, Role: cluster.RoleMaster, IPs: addrs("192.0.2.11")})
+	startWatcher(t, st, Options{LabelSelector: sel, Domain: "OCP4.example.com."}, nil)
+	createNode(t, sel, node{name: short + ".ocp4.example.com", roles: []string{"master"}, ips: []string{"192.0.2.11", "2001:db8::11"}, ready: true})
+	createNode(t, sel, node{name: p + "worker-1.example.org", roles: []string{"worker"}, ips: []string{"192.0.2.21"}, ready: true})
+	waitFor(t, st, appear, "the fully qualified Node merged into the short member", has(short, func(m cluster.Member) bool {
+		return m.Source == cluster.SourceConfig && slices.Equal(m.IPs, addrs("192.0.2.11", "2001:db8::11"))
+	}))
+	// Another domain is not cut.
+	waitFor(t, st, appear, "a Node of another domain under its own name", has(p+"worker-1.example.org", nil))
+	if has(short+".ocp4.example.com", nil)(st.Snapshot()) {
+		t.Error("the Node is also a member under its fully qualified name")
+	}
+	deleteNode(t, short+".ocp4.example.com")
+	waitFor(t, st, appear, "the configured member as configured", has(short, func(m cluster.Member) bool {
+		return m.Source == cluster.SourceConfig && slices.Equal(m.IPs, addrs("192.0.2.11"))
+	}))
 }
 
 // With the API unreachable the members stay, the outage is logged once
@@ -589,5 +614,52 @@ func TestRefusedCredentials(t *testing.T) {
 	refused, down := logLines(t, logs, "Kubernetes API refuses"), logLines(t, logs, "Kubernetes API unreachable")
 	if len(refused) != 1 || len(down) != 0 {
 		t.Errorf("logged the refusal %d times and an outage %d times, want once and never:\n%s", len(refused), len(down), logs.String())
+	}
+}
+
+// A Node deleted while the Watcher was not running leaves the State when
+// it runs again; the others stay.
+func TestRunAgainPrunes(t *testing.T) {
+	requireAPI(t)
+	sel, p := testRun(t)
+	st := newState()
+	w, err := New(st, Options{Kubeconfig: kube.kubeconfig, LabelSelector: sel, Domain: "example.com"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() (stop func()) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		return func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Run has not returned 5 s after its context ended")
+			}
+		}
+	}
+	a, b := p+"a", p+"b"
+	createNode(t, sel, node{name: a + ".example.com", roles: []string{"worker"}, ips: []string{"192.0.2.1"}, ready: true})
+	createNode(t, sel, node{name: b, roles: []string{"worker"}, ips: []string{"192.0.2.2"}, ready: true})
+	stop := run()
+	waitFor(t, st, appear, "both Nodes", func(s *cluster.Snapshot) bool { return has(a, nil)(s) && has(b, nil)(s) })
+	stop()
+	deleteNode(t, b)
+	time.Sleep(200 * time.Millisecond)
+	if !has(b, nil)(st.Snapshot()) {
+		t.Fatal("a stopped Watcher changed the State")
+	}
+	stop = run()
+	defer stop()
+	waitReady(t, w, appear)
+	waitFor(t, st, appear, "the Node deleted meanwhile gone", gone(b))
+	snap := st.Snapshot()
+	if !has(a, nil)(snap) || has(b, nil)(snap) {
+		t.Errorf("after running again: %+v, want %s only", snap.Members, a)
 	}
 }
