@@ -430,6 +430,11 @@ func (r *runner) loop(ctx context.Context) error {
 		case ev := <-linkCh:
 			r.linkChanged(time.Now(), ev)
 		case <-addrCh:
+			if r.detached != "" && !r.reattachAt.IsZero() {
+				// The interface may just have got the address it lacked.
+				r.reattach(time.Now(), repairInterface)
+				continue
+			}
 			r.checkAddrs(time.Now())
 		case name := <-r.move:
 			r.moveTo(time.Now(), name)
