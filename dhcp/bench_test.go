@@ -17,6 +17,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // TestBenchDHCP compares the appliance with dnsmasq on one lab: time to
@@ -24,7 +25,7 @@ import (
 // rates (DORA exchanges per second, 200 clients, pool on): the first rate
 // with drops.
 func TestBenchDHCP(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "dhcpb"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "dhcpb"})
 	n0, n1, n2 := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
 	flushAddrs(t, n1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -25,6 +25,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // childEnv makes the test binary a standalone DHCP server (for kill -9).
@@ -179,7 +180,7 @@ func waitEnv(t *testing.T, dir, suffix string, timeout time.Duration) map[string
 }
 
 func TestNetnsClients(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "dhcp"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "dhcp"})
 	n0, n1, n2 := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
 	flushAddrs(t, n1)
 	dir := t.TempDir()
@@ -290,7 +291,7 @@ func TestNetnsClients(t *testing.T) {
 // restarted with its lease file gone; a pool client renews after a restart
 // with its lease file kept, and its lease is still on record.
 func TestNetnsRenewAcrossRestart(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "dhcpre"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "dhcpre"})
 	n0, n2 := lab.Nodes[0], lab.Nodes[2]
 	dir := t.TempDir()
 	o := labOptions(filepath.Join(dir, "leases.json"))
@@ -349,7 +350,7 @@ func TestNetnsRenewAcrossRestart(t *testing.T) {
 // SIGKILL and restarted: every ACKed lease is in the file after the kill, and
 // no address is ever ACKed to two clients.
 func TestNetnsKill9(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "dhcpk9"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "dhcpk9"})
 	n0, n2 := lab.Nodes[0], lab.Nodes[2]
 	dir := t.TempDir()
 	lf := filepath.Join(dir, "leases.json")
@@ -472,7 +473,7 @@ func TestNetnsKill9(t *testing.T) {
 // address that answers ARP (n2's static .12) is skipped after the probe and
 // stays out of the pool.
 func TestNetnsPool(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "dhcppool"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "dhcppool"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	flushAddrs(t, n1)
 	o := labOptions("")
@@ -516,7 +517,7 @@ func TestNetnsPool(t *testing.T) {
 // TestNetnsTwoServers: reservations are answered identically by both
 // servers; the pool only by the one whose ServePool says so.
 func TestNetnsTwoServers(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "dhcp2"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "dhcp2"})
 	n0, n1, n2 := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
 	o := labOptions("")
 	o.Pool = cluster.Range{Start: netip.MustParseAddr("192.168.126.100"), End: netip.MustParseAddr("192.168.126.150")}
@@ -573,7 +574,7 @@ func TestNetnsTwoServers(t *testing.T) {
 // TestNetnsSocketReopens: a receive socket that fails is opened again, so
 // the server never stays up deaf.
 func TestNetnsSocketReopens(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "dhcpreo"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "dhcpreo"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	flushAddrs(t, n1)
 	var s *Server

@@ -19,7 +19,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // openShiftCorefile is OpenShift's on-prem CoreDNS configuration for the
@@ -155,7 +155,7 @@ func TestBenchDNS(t *testing.T) {
 		}},
 		{"coredns (OpenShift Corefile)", func(port int) *exec.Cmd {
 			cf := filepath.Join(dir, "Corefile")
-			writeFile(t, cf, fmt.Sprintf(openShiftCorefile, netlab.FreeLoopbackAddr(t), up.addr.String(), hosts.String()))
+			writeFile(t, cf, fmt.Sprintf(openShiftCorefile, netlabtest.FreeLoopbackAddr(t), up.addr.String(), hosts.String()))
 			return exec.Command(coredns, "-conf", cf, "-dns.port", strconv.Itoa(port), "-quiet")
 		}},
 		{"dnsmasq", func(port int) *exec.Cmd {
@@ -179,7 +179,7 @@ func TestBenchDNS(t *testing.T) {
 		if only := os.Getenv("BENCH_DNS_ONLY"); only != "" && !strings.HasPrefix(s.name, only) {
 			continue
 		}
-		addr := netlab.FreeLoopbackAddr(t)
+		addr := netlabtest.FreeLoopbackAddr(t)
 		_, portS, _ := net.SplitHostPort(addr)
 		port, _ := strconv.Atoi(portS)
 		cmd := s.start(port)

@@ -15,6 +15,7 @@ import (
 	"appliance/internal/cluster"
 	"appliance/internal/host"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // staticViews is a ViewSource that never changes: a claimant that says
@@ -96,7 +97,7 @@ func (m *mdnsNode) mdns() *MDNS { return m.srv.mdns }
 // only its own address, so a peer answers its name with that address alone
 // and gives the VIP no PTR to the node.
 func TestMDNSNodeWithVIP(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "mdnsvip"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "mdnsvip"})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const vip = "192.168.126.5"
@@ -133,7 +134,7 @@ func TestMDNSNodeWithVIP(t *testing.T) {
 // member, and each refusal is counted and shown with the announcer's
 // address.
 func TestMDNSRefusesClaims(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "mdnsclaim"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "mdnsclaim"})
 	a0, a1, a2 := lab.Nodes[0].IPv4.Addr(), lab.Nodes[1].IPv4.Addr(), lab.Nodes[2].IPv4.Addr()
 	cfg := mdnsConfig("ocp4", []cluster.Node{
 		{Name: "master-0", Role: cluster.RoleMaster, IPs: []netip.Addr{a0}},

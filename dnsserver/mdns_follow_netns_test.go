@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // TestMDNSFollowsAddressToBridge moves the node's address at runtime onto a
@@ -19,7 +20,7 @@ import (
 // afterwards learns the node (its query is heard on the bridge) and is
 // learned by it. Moved back, with the bridge deleted, mDNS follows again.
 func TestMDNSFollowsAddressToBridge(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "mdnsbr"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "mdnsbr"})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Long: announcements every 20 s, so only the re-bind's own traffic
@@ -97,7 +98,7 @@ func TestMDNSFollowsAddressToBridge(t *testing.T) {
 // TestMDNSReaderReopens closes a reader's socket from under it: the reader
 // counts the failure, opens a new socket and mDNS keeps working.
 func TestMDNSReaderReopens(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "mdnsfault"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "mdnsfault"})
 	const ttl = 60 * time.Second
 	n0 := startMDNSNode(t, lab.Nodes[0], "ocp4", "master-0", ttl)
 	n1 := startMDNSNode(t, lab.Nodes[1], "ocp4", "master-1", ttl)

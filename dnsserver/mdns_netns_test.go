@@ -18,6 +18,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // mdnsNode is one appliance DNS server with mDNS, running in a lab node.
@@ -108,7 +109,7 @@ func waitMembers(t *testing.T, m *mdnsNode, want []string, within time.Duration)
 // stays invisible; a node that goes silent is dropped after its TTL, one
 // that stops cleanly at once.
 func TestMDNSDiscovery(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 4, Name: "mdns", IPv6: netip.MustParsePrefix("fd00:126::/64")})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 4, Name: "mdns", IPv6: netip.MustParsePrefix("fd00:126::/64")})
 	const ttl = 3 * time.Second
 	nodes := []*mdnsNode{
 		startMDNSNode(t, lab.Nodes[0], "ocp4", "master-0", ttl),
@@ -184,7 +185,7 @@ func TestMDNSAvahi(t *testing.T) {
 			t.Fatalf("%s not installed (make test installs it): %v", tool, err)
 		}
 	}
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "avahi"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "avahi"})
 	n := startMDNSNode(t, lab.Nodes[0], "ocp4", "master-0", 30*time.Second)
 
 	dir := t.TempDir()

@@ -18,7 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"appliance/internal/cluster"
-	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 func testConfig() *cluster.Config {
@@ -95,7 +95,7 @@ func startUpstream(t *testing.T, answer string) *fakeUpstream {
 func startServer(t *testing.T, cfg *cluster.Config, state *cluster.State, opts Options) (*Server, string) {
 	t.Helper()
 	if opts.Listen == "" {
-		opts.Listen = netlab.FreeLoopbackAddr(t)
+		opts.Listen = netlabtest.FreeLoopbackAddr(t)
 	}
 	s, err := New(cfg, state, opts, testLogger(t))
 	if err != nil {
@@ -316,7 +316,7 @@ func TestStopReleasesListeners(t *testing.T) {
 	up := startUpstream(t, "192.0.2.53")
 	cfg := testConfig()
 	cfg.Network.UpstreamDNS = []netip.AddrPort{up.addr}
-	addr := netlab.FreeLoopbackAddr(t)
+	addr := netlabtest.FreeLoopbackAddr(t)
 	for i := range 2 {
 		s, err := New(cfg, cluster.NewState(cfg), Options{Listen: addr}, testLogger(t))
 		if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // inNode returns listen and dial functions whose sockets are opened inside
@@ -52,7 +53,7 @@ func inNode(n *netlab.Node) (func(string, string) (net.Listener, error), DialFun
 // on a master); without a healthy backend the rule is gone and the client
 // reaches n0's local server; on exit the table is gone.
 func TestNetnsRedirect(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 4, Name: "lb", IPv6: netip.MustParsePrefix("fd00:126::/64")})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 4, Name: "lb", IPv6: netip.MustParsePrefix("fd00:126::/64")})
 	n0, client := lab.Nodes[0], lab.Nodes[3]
 	vip := netip.MustParseAddr("192.168.126.250")
 	vip6 := netip.MustParseAddr("fd00:126::250")

@@ -21,6 +21,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // redirectLab is a node n0 holding the API VIPs and running the LB with its
@@ -40,7 +41,7 @@ type redirectLab struct {
 // runs a server of its own on :6443, which VIP clients reach while there is
 // no redirect; without, they are refused then.
 func newRedirectLab(t testing.TB, name string, watch WatchOptions, local bool) *redirectLab {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: name, IPv6: netip.MustParsePrefix("fd00:127::/64")})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: name, IPv6: netip.MustParsePrefix("fd00:127::/64")})
 	rl := &redirectLab{n0: lab.Nodes[0], client: lab.Nodes[2],
 		vips: []netip.Addr{netip.MustParseAddr("192.168.126.250"), netip.MustParseAddr("fd00:127::250")}}
 	h, err := rl.n0.Handle()

@@ -23,7 +23,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 func TestVIPLabel(t *testing.T) {
@@ -92,7 +92,7 @@ func vipIP(t *testing.T, args ...string) string {
 
 func vipNewTestNet(t *testing.T) *vipTestNet {
 	t.Helper()
-	netlab.RequireRoot(t)
+	netlabtest.RequireRoot(t)
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Fatalf("iproute2 is needed: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // anyHolds polls every millisecond until one of nodes holds the VIP.
@@ -35,7 +36,7 @@ type repairResult struct {
 // NetworkManager would) and then the master's own address, runs() times
 // each, timing until a node holds the VIP again.
 func measureRepair(t *testing.T, impl vrrpImpl) repairResult {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "brep"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "brep"})
 	master, backup := lab.Nodes[0], lab.Nodes[1]
 	res := repairResult{impl: impl.name}
 	procs := map[string]*netlab.Process{}
@@ -79,7 +80,7 @@ func measureRepair(t *testing.T, impl vrrpImpl) repairResult {
 }
 
 func TestBenchVRRPRepair(t *testing.T) {
-	netlab.RequireRoot(t)
+	netlabtest.RequireRoot(t)
 	impls := []vrrpImpl{
 		applianceImpl(cluster.DefaultAdvertInterval),
 		keepalivedImpl(2, "1"),

@@ -16,6 +16,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // `make bench` runs these: the appliance next to keepalived in the same
@@ -93,7 +94,7 @@ func runs() int {
 // measureFailover runs the unplanned (link cut) and planned (SIGTERM) cases
 // runs() times each for one implementation.
 func measureFailover(t *testing.T, impl vrrpImpl) failoverResult {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "bfo"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "bfo"})
 	master, backup, client := lab.Nodes[0], lab.Nodes[1], lab.Nodes[2]
 	res := failoverResult{impl: impl.name}
 	procs := map[string]*netlab.Process{}
@@ -156,7 +157,7 @@ func ratio(a, b series) string {
 }
 
 func TestBenchVRRPFailover(t *testing.T) {
-	netlab.RequireRoot(t)
+	netlabtest.RequireRoot(t)
 	impls := []vrrpImpl{
 		applianceImpl(cluster.DefaultAdvertInterval), // our default
 		keepalivedImpl(2, "1"),                       // keepalived's default (v2, 1 s)
@@ -239,7 +240,7 @@ func soakDuration() time.Duration {
 // default interval, side by side for BENCH_SOAK (10 min) while stress-ng
 // loads both cores, and counts false takeovers (any change of holder).
 func TestBenchVRRPSoak(t *testing.T) {
-	netlab.RequireRoot(t)
+	netlabtest.RequireRoot(t)
 	if _, err := exec.LookPath("stress-ng"); err != nil {
 		t.Fatal("stress-ng is not installed (make test-deps installs it)")
 	}
@@ -261,7 +262,7 @@ func TestBenchVRRPSoak(t *testing.T) {
 		return strings.Count(out, "to=MASTER") + strings.Count(out, "Entering MASTER STATE")
 	}
 	for _, p := range pairs {
-		p.lab = netlab.NewT(t, netlab.Options{Nodes: 2, Name: "bsoak"})
+		p.lab = netlabtest.New(t, netlab.Options{Nodes: 2, Name: "bsoak"})
 		p.procs = []*netlab.Process{p.impl.start(t, p.lab, p.lab.Nodes[0], 100), p.impl.start(t, p.lab, p.lab.Nodes[1], 90)}
 		waitHolder(t, p.lab.Nodes, labVIP, 0, 30*time.Second, 2*time.Second)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/miekg/dns"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 func writeDNSConfig(t *testing.T, upstream string) string {
@@ -35,7 +36,7 @@ func writeDNSConfig(t *testing.T, upstream string) string {
 // TestDNSCommand runs `appliance dns` on loopback: it answers cluster names,
 // serves its metrics and readiness on the admin port, and stops on SIGTERM.
 func TestDNSCommand(t *testing.T) {
-	listen, adminListen := netlab.FreeLoopbackAddr(t), netlab.FreeLoopbackAddr(t)
+	listen, adminListen := netlabtest.FreeLoopbackAddr(t), netlabtest.FreeLoopbackAddr(t)
 	cfg := writeDNSConfig(t, "192.0.2.1")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -96,7 +97,7 @@ func TestDNSCommandNoUpstream(t *testing.T) {
 	if err := os.WriteFile(resolv, []byte("nameserver 127.0.0.1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(selfExe(t), "dns", "--config", writeDNSConfig(t, ""), "--listen", netlab.FreeLoopbackAddr(t), "--admin-listen", netlab.FreeLoopbackAddr(t), "--resolv-conf", resolv)
+	cmd := exec.Command(selfExe(t), "dns", "--config", writeDNSConfig(t, ""), "--listen", netlabtest.FreeLoopbackAddr(t), "--admin-listen", netlabtest.FreeLoopbackAddr(t), "--resolv-conf", resolv)
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
 	out, err := cmd.CombinedOutput()
 	want := "dns: no upstream resolver left after removing this node's own addresses from " + resolv + " (nameserver 127.0.0.1); set network.upstreamDNS"
@@ -110,7 +111,7 @@ func TestDNSCommandNoUpstream(t *testing.T) {
 // host.Host) and answers its name with its own address, not the API VIP the
 // other node holds.
 func TestDNSCommandMDNS(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "dnsmdns"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "dnsmdns"})
 	path := filepath.Join(t.TempDir(), "appliance.yaml")
 	y := "cluster: {name: ocp4, baseDomain: example.com}\nnetwork:\n  machineCIDR: 192.168.126.0/24\n  apiVIPs: [192.168.126.5]\n  ingressVIPs: [192.168.126.6]\n  upstreamDNS: [\"192.0.2.1\"]\n"
 	if err := os.WriteFile(path, []byte(y), 0o644); err != nil {

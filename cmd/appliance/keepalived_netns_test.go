@@ -12,6 +12,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // keepalivedConf describes one keepalived VRRP instance the way a cluster
@@ -60,7 +61,7 @@ func startKeepalived(t *testing.T, n *netlab.Node, k keepalivedConf) *netlab.Pro
 // TestKeepalivedInteropV3: keepalived master + appliance backup in one VRID
 // over VRRPv3, then the reverse.
 func TestKeepalivedInteropV3(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "kav3"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "kav3"})
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	vip := prefixOf(lab, labVIP)
@@ -88,7 +89,7 @@ func TestKeepalivedInteropV3(t *testing.T) {
 // keepalived pair (VRRPv2, PASS auth, Fletcher VRID, 1 s) next to the
 // appliance in keepalived-openshift mode from a config file, both ways round.
 func TestKeepalivedOpenShiftMigration(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "kaocp"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "kaocp"})
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	const name = "ocp4"

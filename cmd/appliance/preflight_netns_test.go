@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // TestPreflightAgreesWithApplianceDNS: the project's own DNS, serving the
 // same config, passes every DNS check, wildcard included: what preflight
 // demands of a site's DNS is what `appliance dns` answers.
 func TestPreflightAgreesWithApplianceDNS(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfdns"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfdns"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	path := writeConfig(t, fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
 network:

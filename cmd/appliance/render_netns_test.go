@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // runRender runs `appliance render` (this test binary as the appliance) and
@@ -74,7 +75,7 @@ func TestRenderedKeepalivedSharesVIPWithAppliance(t *testing.T) {
 				opts.IPv6 = netip.MustParsePrefix("fd00:126::/64")
 				vips = append(vips, netip.MustParseAddr(v6VIP))
 			}
-			lab := netlab.NewT(t, opts)
+			lab := netlabtest.New(t, opts)
 			procs := map[string]*netlab.Process{}
 			dumpOnFailure(t, procs)
 			n0, n1 := lab.Nodes[0], lab.Nodes[1]

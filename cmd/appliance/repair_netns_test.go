@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // Namespace tests of what other programs do to the kernel state a VIP daemon
@@ -79,7 +80,7 @@ func heldBy(node int, ifname string) func(map[int]string) bool {
 }
 
 func TestVIPDeletedFromUnderTheMasterIsRestored(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipdel"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipdel"})
 	procs := startCluster(t, lab, []int{100, 90})
 	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 500*time.Millisecond)
 
@@ -96,7 +97,7 @@ func TestVIPDeletedFromUnderTheMasterIsRestored(t *testing.T) {
 }
 
 func TestVIPMasterLosingItsAddressHandsOver(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipsrc"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipsrc"})
 	procs := startCluster(t, lab, []int{100, 90})
 	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 500*time.Millisecond)
 
@@ -120,7 +121,7 @@ func TestVIPMasterLosingItsAddressHandsOver(t *testing.T) {
 // NIC becomes its port, as OVN-Kubernetes does with br-ex) moves the VRRP
 // instance with it.
 func TestVIPFollowsTheAddressOntoABridge(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipbrex"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipbrex"})
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	conf := fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
@@ -165,7 +166,7 @@ vrrp: {advertInterval: 100ms}
 // NetworkManager) is a FAULT while it is gone and is opened again when it
 // is back, with its new index.
 func TestVIPInterfaceDeletedAndRecreated(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipre"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipre"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	own := n1.IPv4.String()
 	bridge := func() {

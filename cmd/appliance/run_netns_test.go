@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // Whole-cluster tests of `appliance run`: bootstrap and masters each run the
@@ -163,7 +164,7 @@ func (rc *runCluster) failFile(name string) string {
 }
 
 func TestRunBootstrapHandover(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 5, Name: "runho"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 5, Name: "runho"})
 	rc := startRunCluster(t, lab, 3)
 	client := lab.Nodes[4]
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // Namespace tests of `appliance vip`: real kernels, real raw sockets, the real
@@ -39,7 +40,7 @@ func startCluster(t *testing.T, lab *netlab.Lab, prios []int, extra ...string) m
 }
 
 func TestVIPElectsOneMasterAndFailsOver(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vipel"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "vipel"})
 	procs := startCluster(t, lab, []int{100, 90, 80})
 
 	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, time.Second)
@@ -60,7 +61,7 @@ func TestVIPElectsOneMasterAndFailsOver(t *testing.T) {
 }
 
 func TestVIPSigtermHandsOverAtOnce(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vipterm"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "vipterm"})
 	procs := startCluster(t, lab, []int{100, 90, 80})
 	waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, time.Second)
 
@@ -102,7 +103,7 @@ func TestVIPSigtermHandsOverAtOnce(t *testing.T) {
 }
 
 func TestVIPPartitionHeals(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vippart"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "vippart"})
 	startCluster(t, lab, []int{100, 90, 80})
 	waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, time.Second)
 
@@ -119,7 +120,7 @@ func TestVIPPartitionHeals(t *testing.T) {
 }
 
 func TestVIPNoPreempt(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipnop"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipnop"})
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	procs["n1"] = startAppliance(t, lab.Nodes[1], vipArgs(lab, 50, "--no-preempt")...)
@@ -129,7 +130,7 @@ func TestVIPNoPreempt(t *testing.T) {
 }
 
 func TestVIPTrackFailureMovesVIP(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "viptrk"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "viptrk"})
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	procs["http0"] = startHTTP(t, lab.Nodes[0], freePort)
@@ -164,7 +165,7 @@ func TestVIPTrackFailureMovesVIP(t *testing.T) {
 }
 
 func TestVIPIPv6(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vip6", IPv6: netip.MustParsePrefix("fd00:126::/64")})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vip6", IPv6: netip.MustParsePrefix("fd00:126::/64")})
 	vip6 := netip.MustParseAddr("fd00:126::5")
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
@@ -189,7 +190,7 @@ func TestVIPIPv6(t *testing.T) {
 }
 
 func TestVIPUnicast(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 3, Name: "vipuc"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "vipuc"})
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	// n0 and n1 peer by unicast; n2 speaks on the same VRID but is nobody's
@@ -225,7 +226,7 @@ func TestVIPUnicast(t *testing.T) {
 }
 
 func TestVIPCollisionIsReported(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "vipcol"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipcol"})
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	procs["n0"] = startAppliance(t, lab.Nodes[0], vipArgs(lab, 100)...)

@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // TestHostFollowsAddress runs a Host on a lab node and moves the node's
 // address around under it the way NetworkManager and OVN-Kubernetes do.
 func TestHostFollowsAddress(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 1, Name: "host"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "host"})
 	n := lab.Nodes[0]
 	cfg := parse(t, testConfig)
 	h := New(cfg, Options{}, "/run/netns/"+n.NS, slog.New(slog.DiscardHandler))
@@ -82,7 +83,7 @@ func TestHostFollowsAddress(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
-	lab := netlab.NewT(t, netlab.Options{Nodes: 1, Name: "hostres"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "hostres"})
 	cfg := parse(t, testConfig)
 	var v *View
 	err := lab.Nodes[0].Do(func() error {

@@ -10,7 +10,7 @@ import (
 )
 
 // ExampleNew builds two nodes on a bridge, runs a daemon on one and pings
-// it from the other. Tests would use netlab.NewT(t, opts) instead, which
+// it from the other. Tests would use netlabtest.New(t, opts) instead, which
 // skips without root and closes the lab when the test ends.
 func ExampleNew() {
 	ctx := context.Background()

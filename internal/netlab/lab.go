@@ -289,6 +289,14 @@ func (l *Lab) Bridge() string { return bridgeName }
 // Dir is the lab's temporary directory holding process logs; Close removes it.
 func (l *Lab) Dir() string { return l.dir }
 
+// Processes lists the processes started through the lab so far, running or
+// not, in start order.
+func (l *Lab) Processes() []*Process {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*Process(nil), l.procs...)
+}
+
 // HubDo runs fn on a locked OS thread inside the hub namespace; see Node.Do.
 func (l *Lab) HubDo(fn func() error) error { return inNS(l.hub, fn) }
 

@@ -144,3 +144,6 @@ func (p *Process) Output() string {
 	b, _ := io.ReadAll(f)
 	return string(b)
 }
+
+// Where is the node the process runs in ("n0", ...), or "hub".
+func (p *Process) Where() string { return p.where }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // childEnv makes the test binary run preflight with the JSON-encoded
@@ -159,7 +160,7 @@ func needProgram(t *testing.T, name string) {
 // preflight names its MAC for both. The ingress VIP stays free.
 func TestNetnsStrangerHoldsVIP(t *testing.T) {
 	t.Parallel() // each test has its own lab; most of a run is waiting
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfvip", IPv6: netipPrefix("fd00:126::/64")})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfvip", IPv6: netipPrefix("fd00:126::/64")})
 	n0, stranger := lab.Nodes[0], lab.Nodes[1]
 	ipIn(t, stranger, "addr", "add", "192.168.126.5/24", "dev", "eth0")
 	ipIn(t, stranger, "addr", "add", "fd00:126::5/64", "dev", "eth0", "nodad")
@@ -174,7 +175,7 @@ func TestNetnsStrangerHoldsVIP(t *testing.T) {
 func TestNetnsRogueDHCP(t *testing.T) {
 	t.Parallel() // each test has its own lab; most of a run is waiting
 	needProgram(t, "dnsmasq")
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfdhcp"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfdhcp"})
 	n0, rogue := lab.Nodes[0], lab.Nodes[1]
 	dir := t.TempDir()
 	p, err := rogue.Start(context.Background(), "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=0",
@@ -197,7 +198,7 @@ func TestNetnsRogueDHCP(t *testing.T) {
 func TestNetnsKeepalivedOnOurVRID(t *testing.T) {
 	t.Parallel() // each test has its own lab; most of a run is waiting
 	needProgram(t, "keepalived")
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfvrrp", IPv6: netipPrefix("fd00:126::/64")})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfvrrp", IPv6: netipPrefix("fd00:126::/64")})
 	n0, other := lab.Nodes[0], lab.Nodes[1]
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "keepalived.conf")
@@ -248,7 +249,7 @@ vrrp_instance other6 {
 func TestNetnsPortInUse(t *testing.T) {
 	t.Parallel() // each test has its own lab; most of a run is waiting
 	needProgram(t, "dnsmasq")
-	lab := netlab.NewT(t, netlab.Options{Nodes: 1, Name: "pfport"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "pfport"})
 	n0 := lab.Nodes[0]
 	dir := t.TempDir()
 	p, err := n0.Start(context.Background(), "dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--port=53",
@@ -295,7 +296,7 @@ func startDNS(t *testing.T, n *netlab.Node, extra ...string) {
 // dns.wildcard while the configured names still pass.
 func TestNetnsDNSWildcard(t *testing.T) {
 	t.Parallel() // each test has its own lab; most of a run is waiting
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfwild"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfwild"})
 	n0, dns := lab.Nodes[0], lab.Nodes[1]
 	startDNS(t, dns, "--address=/ocp4.example.com/192.168.126.99")
 	rs := runPreflight(t, n0, labConfig(lab, "dhcp: {dns: [192.168.126.11]}\n"), testOptions)
@@ -308,7 +309,7 @@ func TestNetnsDNSWildcard(t *testing.T) {
 // and nothing else on the segment, every check passes.
 func TestNetnsCleanSegment(t *testing.T) {
 	t.Parallel() // each test has its own lab; most of a run is waiting
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfclean"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfclean"})
 	n0, site := lab.Nodes[0], lab.Nodes[1]
 	ipIn(t, site, "addr", "add", "192.168.126.1/24", "dev", "eth0") // the gateway
 	startDNS(t, site)
@@ -337,7 +338,7 @@ func TestNetnsCleanSegment(t *testing.T) {
 // switch port (the bridge's veth) carries 1500 bytes; preflight says so.
 func TestNetnsMTUMismatch(t *testing.T) {
 	t.Parallel()
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "pfmtu"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfmtu"})
 	n0, gw := lab.Nodes[0], lab.Nodes[1]
 	ipIn(t, gw, "addr", "add", "192.168.126.1/24", "dev", "eth0")
 	ipIn(t, n0, "link", "set", "eth0", "mtu", "9000")

@@ -18,7 +18,7 @@ import (
 
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
-	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // startNamed runs BIND's named in the foreground on a loopback port, serving
@@ -27,7 +27,7 @@ import (
 func startNamed(t *testing.T, out string) string {
 	t.Helper()
 	need(t, "named")
-	addr := netlab.FreeLoopbackAddr(t)
+	addr := netlabtest.FreeLoopbackAddr(t)
 	ap := netip.MustParseAddrPort(addr)
 	run := t.TempDir()
 	conf := fmt.Sprintf(`options {
@@ -92,7 +92,7 @@ include %q;
 // startApplianceDNS runs `appliance dns`'s server in-process from cfg.
 func startApplianceDNS(t *testing.T, cfg *cluster.Config) string {
 	t.Helper()
-	addr := netlab.FreeLoopbackAddr(t)
+	addr := netlabtest.FreeLoopbackAddr(t)
 	s, err := dnsserver.New(cfg, cluster.NewState(cfg), dnsserver.Options{Listen: addr},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

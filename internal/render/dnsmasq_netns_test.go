@@ -15,6 +15,7 @@ import (
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // labConfig is a cluster config for a netlab lab: machine network and
@@ -56,7 +57,7 @@ func renderCfg(t *testing.T, cfg *cluster.Config) string {
 // servers, host name and domain `appliance dhcp` would send, to dhclient.
 func TestDnsmasqLeasesReservation(t *testing.T) {
 	need(t, "dnsmasq", "dhclient")
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "rdnsmasq"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "rdnsmasq"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	const reserved = "192.168.126.51" // not n1's lab address: only the reservation can give it
 	cfg := labConfig(t, lab, fmt.Sprintf(`  - {name: master-0, role: master, mac: "%s", ips: [%s]}
@@ -183,7 +184,7 @@ func TestDnsmasqAnswersAsApplianceDNS(t *testing.T) {
 					v4 = p
 				}
 			}
-			lab := netlab.NewT(t, netlab.Options{Nodes: 1, Name: "rdnsmasqdns", IPv4: v4})
+			lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "rdnsmasqdns", IPv4: v4})
 			n0 := lab.Nodes[0]
 			out, _ := renderTo(t, name)
 			run := t.TempDir()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // standIn is a stand-in kube-apiserver: HTTPS on addr:6443, /readyz answers
@@ -101,7 +102,7 @@ func apiCall(n *netlab.Node, addr string) (string, error) {
 // /healthz passes.
 func TestHAProxySendsAPICallsOnlyToReadyServers(t *testing.T) {
 	need(t, "haproxy")
-	lab := netlab.NewT(t, netlab.Options{Nodes: 2, Name: "rhaproxy"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "rhaproxy"})
 	lb, srv := lab.Nodes[0], lab.Nodes[1]
 	// The stand-ins all live in srv's namespace, one address each.
 	addrs := map[string]string{"bootstrap": "192.168.126.9", "master-0": srv.IPv4.Addr().String(),

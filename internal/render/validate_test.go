@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // need fails the test when a program the real-program tests use is missing
@@ -60,7 +61,7 @@ func TestValidatorsAccept(t *testing.T) {
 	need(t, "named-checkconf", "named-checkzone", "haproxy", "dnsmasq", "keepalived")
 	// keepalived checks that the interface exists, so it runs in a
 	// namespace that has an eth0.
-	lab := netlab.NewT(t, netlab.Options{Nodes: 1, Name: "rendert"})
+	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "rendert"})
 	for _, name := range testCases {
 		t.Run(name, func(t *testing.T) {
 			out, res := renderTo(t, name)

@@ -20,7 +20,7 @@ import (
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
 
-	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 )
 
 // Daemon is a libvirtd the test started in its own mount and network
@@ -65,7 +65,7 @@ exit $?
 // kills every process left in its network namespace (qemu included).
 func Start(t testing.TB) *Daemon {
 	t.Helper()
-	netlab.RequireRoot(t)
+	netlabtest.RequireRoot(t)
 	for _, bin := range []string{"libvirtd", "unshare", "qemu-img"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			if os.Getenv("CI") == "true" {

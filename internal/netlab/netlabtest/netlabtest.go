@@ -1,29 +1,21 @@
-package netlab
+// Package netlabtest holds the test helpers for netlab labs: skipping
+// without root, building a lab that the test closes, a free loopback port.
+// They live apart from netlab so that the binary, which uses netlab for
+// `appliance lab`, never links them nor the testing package.
+package netlabtest
 
 import (
 	"context"
 	"net"
 	"os"
-)
+	"testing"
 
-// TB is the part of testing.TB the helpers below use. netlab takes it as
-// an interface of its own so that the binary (which uses netlab for
-// `appliance lab`) does not link the testing package; *testing.T and
-// *testing.B satisfy it.
-type TB interface {
-	Helper()
-	Cleanup(func())
-	Failed() bool
-	Errorf(format string, args ...any)
-	Fatal(args ...any)
-	Fatalf(format string, args ...any)
-	Logf(format string, args ...any)
-	Skip(args ...any)
-}
+	"appliance/internal/netlab"
+)
 
 // RequireRoot skips t unless running as root; under CI (CI=true) it fails
 // instead, so that root-only tests cannot silently stop running.
-func RequireRoot(t TB) {
+func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() == 0 {
 		return
@@ -34,20 +26,20 @@ func RequireRoot(t TB) {
 	t.Skip("netlab: needs root")
 }
 
-// NewT builds a lab for a test: it requires root (see RequireRoot), fails
+// New builds a lab for a test: it requires root (see RequireRoot), fails
 // the test if the lab cannot be built, and closes the lab when the test and
 // its subtests end, even after a panic. If the test failed, the output of
 // every process started through the lab is logged first.
-func NewT(t TB, opts Options) *Lab {
+func New(t testing.TB, opts netlab.Options) *netlab.Lab {
 	t.Helper()
 	RequireRoot(t)
-	l, err := New(context.Background(), opts)
+	l, err := netlab.New(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("netlab: %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			l.logOutputs(t)
+			LogOutputs(t, l)
 		}
 		if err := l.Close(); err != nil {
 			t.Errorf("netlab: close lab %s: %v", l.Prefix(), err)
@@ -56,24 +48,22 @@ func NewT(t TB, opts Options) *Lab {
 	return l
 }
 
-// logOutputs logs the tail of each tracked process's output.
-func (l *Lab) logOutputs(t TB) {
-	l.mu.Lock()
-	procs := append([]*Process(nil), l.procs...)
-	l.mu.Unlock()
-	for _, p := range procs {
+// LogOutputs logs the tail of the output of each process started through l.
+func LogOutputs(t testing.TB, l *netlab.Lab) {
+	t.Helper()
+	for _, p := range l.Processes() {
 		out := p.Output()
 		if len(out) > 4096 {
 			out = "..." + out[len(out)-4096:]
 		}
-		t.Logf("netlab: %s: %s (pid %d) output:\n%s", p.where, p.Cmd.String(), p.Pid(), out)
+		t.Logf("netlab: %s: %s (pid %d) output:\n%s", p.Where(), p.Cmd.String(), p.Pid(), out)
 	}
 }
 
 // FreeLoopbackAddr returns a 127.0.0.1 port free for both UDP and TCP, for
 // servers that listen on both at one address (":0" would give the two
 // listeners different ports).
-func FreeLoopbackAddr(t TB) string {
+func FreeLoopbackAddr(t testing.TB) string {
 	t.Helper()
 	for range 20 {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
