@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -143,16 +144,26 @@ func (pf *provisionFlags) run(needAssets bool, fn func(context.Context, *cobra.C
 }
 
 func (pf *provisionFlags) runPlan(ctx context.Context, cmd *cobra.Command, s *session) error {
+	// The checks go first: credentials that may not list what exists fail
+	// the plan, and the checks say why in the platform's terms.
+	var warnings bytes.Buffer
+	checkErr := checkPlatform(ctx, &warnings, s)
 	plan, err := platform.MakePlan(ctx, s.pr, s.spec)
 	if err != nil {
+		if checkErr != nil {
+			return fmt.Errorf("provision plan: apply would fail:\n%w", checkErr)
+		}
 		return err
 	}
 	img := describeImage(ctx, s.cfg.Provision, s.log)
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "cluster %s, infra ID %s, platform %s\nimage: %s\n\n", s.cfg.Cluster.Domain(), s.spec.InfraID, platformWhere(s.cfg.Provision), img)
 	printPlan(out, plan)
-	if err := checkPlatform(ctx, out, s); err != nil {
-		return fmt.Errorf("provision plan: apply would fail:\n%w", err)
+	if warnings.Len() > 0 {
+		fmt.Fprintf(out, "\n%s", warnings.Bytes())
+	}
+	if checkErr != nil {
+		return fmt.Errorf("provision plan: apply would fail:\n%w", checkErr)
 	}
 	return nil
 }

@@ -235,7 +235,10 @@ type access struct {
 // credentials may do what apply does in the namespace.
 func (p *Provider) checkAccess(ctx context.Context, spec *platform.Spec, refuse, warn func(string, ...any)) {
 	need := []access{
+		{verb: "list", resource: "secrets", why: "finding what an earlier apply made"},
 		{verb: "create", resource: "secrets", why: "the Ignition configs"},
+		{verb: "list", group: "kubevirt.io", resource: "virtualmachines", why: "finding what an earlier apply made"},
+		{verb: "list", group: "kubevirt.io", resource: "virtualmachineinstances", why: "reading the VMs' addresses"},
 		{verb: "create", group: "kubevirt.io", resource: "virtualmachines", why: "the VMs"},
 		{verb: "patch", group: "kubevirt.io", resource: "virtualmachines", why: "starting the VMs"},
 	}

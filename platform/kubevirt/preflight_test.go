@@ -114,6 +114,7 @@ func TestPreflightAccess(t *testing.T) {
 	all := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create", "get", "list", "update", "delete"}},
 		{APIGroups: []string{"kubevirt.io"}, Resources: []string{"virtualmachines"}, Verbs: []string{"create", "get", "list", "patch", "delete"}},
+		{APIGroups: []string{"kubevirt.io"}, Resources: []string{"virtualmachineinstances"}, Verbs: []string{"get", "list"}},
 		{APIGroups: []string{"cdi.kubevirt.io"}, Resources: []string{"datavolumes", "datavolumes/source"}, Verbs: []string{"create", "get", "list", "delete"}},
 		{APIGroups: []string{"k8s.cni.cncf.io"}, Resources: []string{"network-attachment-definitions"}, Verbs: []string{"get"}},
 	}
@@ -133,6 +134,8 @@ func TestPreflightAccess(t *testing.T) {
 	got, warnings = preflightErr(t, impersonating(t, ns, "reader-"+ns), testSpec())
 	for _, want := range []string{
 		"may not create virtualmachines.kubevirt.io in namespace " + ns,
+		"may not list virtualmachineinstances.kubevirt.io in namespace " + ns + " on the API server",
+		"may not list secrets in namespace",
 		"may not patch virtualmachines.kubevirt.io",
 		"may not create datavolumes.cdi.kubevirt.io in namespace",
 		"may not create datavolumes.cdi.kubevirt.io/source",
@@ -145,7 +148,7 @@ func TestPreflightAccess(t *testing.T) {
 	if w := strings.Join(warnings, "\n"); !strings.Contains(w, "may not read NetworkAttachmentDefinition "+ns+"/machine-net") {
 		t.Errorf("warnings lack the unreadable network:\n%s", w)
 	}
-	if strings.Contains(got, "secrets") {
+	if strings.Contains(got, "may not create secrets") {
 		t.Errorf("refused what the user may do:\n%s", got)
 	}
 }
