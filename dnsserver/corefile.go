@@ -41,7 +41,8 @@ func Corefile(p CorefileParams) (string, error) {
 	if host != "" {
 		fmt.Fprintf(&b, "    bind %s\n", host)
 	}
-	fmt.Fprintf(&b, "    metrics {\n        instance %d\n    }\n    errors\n", p.Instance)
+	fmt.Fprintf(&b, "    metrics {\n        instance %d\n    }\n", p.Instance)
+	fmt.Fprintf(&b, "    access {\n        instance %d\n    }\n    errors\n", p.Instance)
 	if p.QueryLog {
 		b.WriteString("    log\n")
 	}

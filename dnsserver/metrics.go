@@ -22,12 +22,13 @@ type metrics struct {
 	responses    []prometheus.Counter // [rcode index]
 	duration     prometheus.Histogram
 
-	answers   *prometheus.CounterVec
-	answerBy  map[string]prometheus.Counter // answers resolved by result
-	upstreams prometheus.Gauge
-	changes   prometheus.Counter
-	members   prometheus.Gauge
-	mdnsSent  prometheus.Counter
+	answers        *prometheus.CounterVec
+	answerBy       map[string]prometheus.Counter // answers resolved by result
+	upstreams      prometheus.Gauge
+	changes        prometheus.Counter
+	refusedClients prometheus.Counter
+	members        prometheus.Gauge
+	mdnsSent       prometheus.Counter
 
 	mdnsRefused      *prometheus.CounterVec
 	mdnsRefusedBy    map[string]prometheus.Counter
@@ -62,6 +63,10 @@ func newMetrics() *metrics {
 		changes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appliance_dns_upstream_changes_total",
 			Help: "Changes of the upstream resolvers applied.",
+		}),
+		refusedClients: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_refused_total",
+			Help: "Queries refused because the client is not on loopback, in a machine network or in dns.allowFrom.",
 		}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appliance_dns_mdns_members",
@@ -132,7 +137,7 @@ func (m *metrics) response(rcode int) prometheus.Counter {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.members, m.mdnsSent,
+	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.members, m.mdnsSent,
 		m.mdnsRefused, m.mdnsSocketErrors, m.mdnsRebinds, m.mdnsMalformed}
 }
 

@@ -31,10 +31,12 @@ import (
 // directives is the execution order of the embedded server. "cluster" sits
 // before "cache" so cluster answers are never cached: a member added to State
 // is answered by the very next query. "metrics" is this package's own request
-// metrics, served on the admin listener. "upstream" is the stock forwarder behind a pointer
-// swapped when the upstreams change, so a change needs no restart and no
-// query or TCP connection in flight is lost.
-var directives = []string{"bind", "metrics", "errors", "log", "bufsize", "cluster", "cache", "upstream"}
+// metrics, served on the admin listener. "access" refuses clients outside
+// the machine networks before anything answers or forwards; it follows
+// "metrics" so refusals show in the response metrics. "upstream" is the
+// stock forwarder behind a pointer swapped when the upstreams change, so a
+// change needs no restart and no query or TCP connection in flight is lost.
+var directives = []string{"bind", "metrics", "access", "errors", "log", "bufsize", "cluster", "cache", "upstream"}
 
 var setupOnce = sync.OnceValue(func() error {
 	if err := coredns.SetDirectives(directives); err != nil {
@@ -42,6 +44,7 @@ var setupOnce = sync.OnceValue(func() error {
 	}
 	plugin.Register("cluster", setupCluster)
 	plugin.Register("metrics", setupMetrics)
+	plugin.Register("access", setupAccess)
 	plugin.Register("upstream", setupUpstream)
 	caddy.Quiet, coredns.Quiet = true, true
 	return nil

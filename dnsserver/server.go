@@ -28,6 +28,10 @@ const (
 	DefaultResolvPoll = 5 * time.Second
 )
 
+// ednsBufSize is the EDNS0 buffer size advertised (bufsize directive, and
+// the refusals of the access plugin): 1232 bytes avoids IP fragmentation.
+const ednsBufSize = 1232
+
 // Options are the DNS service's settings beyond the cluster model.
 type Options struct {
 	// Listen is host:port for UDP and TCP; default DefaultListen.
@@ -86,6 +90,7 @@ type Server struct {
 	opts    Options
 	log     *slog.Logger
 	zone    zoneData
+	clients clientNets // who is answered; everyone else is refused
 	metrics *metrics
 	id      uint64
 
@@ -123,7 +128,7 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, log *slog.Logg
 	}
 	s := &Server{
 		cfg: cfg, state: state, opts: opts, log: log.With("component", "dns"),
-		zone: newZoneData(cfg, opts.TTL), metrics: newMetrics(),
+		zone: newZoneData(cfg, opts.TTL), clients: newClientNets(cfg), metrics: newMetrics(),
 	}
 	if opts.MDNS.Enabled {
 		d, err := NewMDNS(cfg, state, opts.MDNS, log)
@@ -257,7 +262,7 @@ func (s *Server) currentUpstreams() ([]netip.AddrPort, error) {
 func (s *Server) corefile() (caddy.Input, error) {
 	text, err := Corefile(CorefileParams{
 		Listen: s.opts.Listen, Zone: s.cfg.Cluster.Domain(), Instance: s.id,
-		CacheTTL: s.opts.CacheTTL, BufSize: 1232, QueryLog: s.opts.QueryLog,
+		CacheTTL: s.opts.CacheTTL, BufSize: ednsBufSize, QueryLog: s.opts.QueryLog,
 	})
 	if err != nil {
 		return nil, err
@@ -365,7 +370,10 @@ type Status struct {
 	Zone      string           `json:"zone"`
 	Upstreams []netip.AddrPort `json:"upstreams"`
 	Serving   bool             `json:"serving"`
-	MDNS      *MDNSStatus      `json:"mdns,omitempty"`
+	// Clients are the networks answered (loopback, the machine networks,
+	// dns.allowFrom); every other client is refused.
+	Clients []netip.Prefix `json:"clients"`
+	MDNS    *MDNSStatus    `json:"mdns,omitempty"`
 }
 
 // Status reports what the server does right now.
@@ -375,7 +383,8 @@ func (s *Server) Status() Status {
 	if udp != nil {
 		listen = udp.String()
 	}
-	st := Status{Listen: listen, Zone: s.zone.zone, Upstreams: s.Upstreams(), Serving: udp != nil}
+	st := Status{Listen: listen, Zone: s.zone.zone, Upstreams: s.Upstreams(), Serving: udp != nil,
+		Clients: slices.Clone(s.clients)}
 	if s.mdns != nil {
 		m := s.mdns.Status()
 		st.MDNS = &m
