@@ -163,7 +163,8 @@ func (p *statusPrinter) unreadable(section string, err error) {
 	fmt.Fprintf(&p.out, "cannot read the %s section (%v); see appliance status --json\n", section, err)
 }
 
-// ago says when t was relative to now: "5s ago", "in 59m0s", "-" for never.
+// ago says when t was relative to now: "5s ago", "in 59m0s", or "" (drawn
+// as "-") for a zero time.
 func (p *statusPrinter) ago(t time.Time) string {
 	if t.IsZero() {
 		return ""
