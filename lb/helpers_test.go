@@ -105,6 +105,12 @@ func startFake(t testing.TB, ca *testCA, name, addr string, listen func(string, 
 		f.hits.Add(1)
 		_, _ = io.WriteString(w, name)
 	})
+	// /peer names the backend and the address the request came from (the
+	// LB's side of the connection), whose family the dual-stack tests check.
+	mux.HandleFunc("/peer", func(w http.ResponseWriter, r *http.Request) {
+		f.hits.Add(1)
+		_, _ = io.WriteString(w, name+" "+r.RemoteAddr)
+	})
 	mux.HandleFunc("/config/master", func(w http.ResponseWriter, r *http.Request) {
 		f.hits.Add(1)
 		w.Header().Set("X-Echo-Accept", r.Header.Get("Accept"))

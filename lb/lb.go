@@ -158,6 +158,7 @@ type LB struct {
 	opts    Options
 	state   *cluster.State
 	vips    []netip.Addr
+	dual    bool // API VIPs of both families: backends and clients by family
 	log     *slog.Logger
 	metrics *Metrics
 	redir   *Redirector
@@ -186,6 +187,7 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, m *Metrics, lo
 	if cfg != nil {
 		l.vips = cfg.VIPsFor(cluster.VIPAPI)
 	}
+	l.dual = dualStack(l.vips)
 	notify := func() {
 		select {
 		case l.kick <- struct{}{}:
@@ -212,7 +214,7 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, m *Metrics, lo
 		}
 		prober := &HTTPSProber{Path: spec.po.CheckPath, Dial: opts.Dial}
 		pool := newPool(spec.name, opts.Balance, opts.Health, prober, m, l.log, notify)
-		l.proxies = append(l.proxies, &proxy{pool: pool, opts: opts.Proxy, ln: tl, enter: enterNetNS(opts.NetNS)})
+		l.proxies = append(l.proxies, &proxy{pool: pool, opts: opts.Proxy, ln: tl, enter: enterNetNS(opts.NetNS), byFamily: l.dual})
 		l.poolOpt = append(l.poolOpt, spec.po)
 	}
 	if len(l.proxies) == 0 {
@@ -308,6 +310,35 @@ func (l *LB) Serving() error {
 	return nil
 }
 
+// ServingVIP is Serving for one API VIP, for a virtual router per family:
+// nil while the API pool has a healthy backend of vip's family and, when
+// the LB manages the redirect, vip's redirect is installed. Single-stack
+// it is Serving.
+func (l *LB) ServingVIP(vip netip.Addr) error {
+	p := l.Pool(PoolAPI)
+	if p == nil {
+		return l.Serving()
+	}
+	fam := l.vipFamily(vip)
+	if p.HealthyFor(fam) == 0 {
+		if fam == FamilyAny {
+			return fmt.Errorf("lb: pool %s has no healthy backend", PoolAPI)
+		}
+		return fmt.Errorf("lb: pool %s has no healthy %s backend", PoolAPI, fam)
+	}
+	if l.redir == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.rules {
+		if r.VIP == vip {
+			return nil
+		}
+	}
+	return fmt.Errorf("lb: the redirect of %s is not installed", vip)
+}
+
 // Status is the LB's state for /status.
 type Status struct {
 	Pools    map[string][]BackendStatus `json:"pools"`
@@ -369,7 +400,7 @@ func (l *LB) Run(ctx context.Context) error {
 		defer wg.Done()
 		for snap := range l.state.Subscribe(ctx) {
 			for i, x := range l.proxies {
-				x.pool.setTargets(checkCtx, targetsFor(snap.Members, l.poolOpt[i].BackendPort))
+				x.pool.setTargets(checkCtx, targetsFor(snap.Members, l.poolOpt[i].BackendPort, l.dual))
 			}
 		}
 	}()
@@ -433,20 +464,33 @@ func (l *LB) drain() {
 }
 
 // desiredRules: each pool's VIP port goes to its proxy while the pool has
-// a healthy backend.
+// a healthy backend for the VIP's family (dual-stack, an IPv6 VIP whose
+// pool has no backend up over IPv6 reaches the node's own server directly,
+// as a VIP does when its pool has none at all).
 func (l *LB) desiredRules() []Redirect {
 	var out []Redirect
 	for i, x := range l.proxies {
 		po := l.poolOpt[i]
-		if po.VIPPort == 0 || x.pool.Healthy() == 0 {
+		if po.VIPPort == 0 {
 			continue
 		}
 		to := portOf(x.ln.Addr())
 		for _, v := range l.vips {
-			out = append(out, Redirect{VIP: v, Port: po.VIPPort, ToPort: to})
+			if x.pool.HealthyFor(l.vipFamily(v)) > 0 {
+				out = append(out, Redirect{VIP: v, Port: po.VIPPort, ToPort: to})
+			}
 		}
 	}
 	return out
+}
+
+// vipFamily is the family of the clients a VIP brings: FamilyAny when
+// single-stack, where every backend takes every client.
+func (l *LB) vipFamily(v netip.Addr) Family {
+	if !l.dual {
+		return FamilyAny
+	}
+	return familyOf(v)
 }
 
 func (l *LB) setRules(r []Redirect) {

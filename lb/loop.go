@@ -60,6 +60,9 @@ type loop struct {
 	dead bool // released: post does nothing
 
 	events [128]unix.EpollEvent
+	// peer receives an accepted client's address when the proxy balances
+	// by family.
+	peer unix.RawSockaddrAny
 }
 
 // newLoop makes a loop accepting from a duplicate of the listening socket
@@ -292,7 +295,13 @@ func (l *loop) closeAll() {
 func (l *loop) accept() {
 	x := l.x
 	for range acceptBatch {
-		r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(l.lfd), 0, 0, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+		// Dual-stack, the kernel also writes the client's address into the
+		// loop's buffer: its family picks the backends (no extra call).
+		var peer *unix.RawSockaddrAny
+		if x.byFamily {
+			peer = &l.peer
+		}
+		fd, e := rawAccept(l.lfd, peer)
 		switch e {
 		case 0:
 		case unix.EAGAIN:
@@ -309,7 +318,6 @@ func (l *loop) accept() {
 			l.acceptPaused = l.now + int64(100*time.Millisecond)
 			return
 		}
-		fd := int(r)
 		if x.active.Add(1) > int64(x.opts.MaxConns) {
 			x.active.Add(-1)
 			resetClose(fd) // the client learns at once, no TIME_WAIT here
@@ -318,6 +326,9 @@ func (l *loop) accept() {
 		}
 		l.ids++
 		s := &session{l: l, id: l.ids, cfd: fd, sfd: -1, last: l.now}
+		if x.byFamily {
+			s.fam = sockaddrFamily(&l.peer)
+		}
 		s.tried = s.triedBuf[:0]
 		l.track(s)
 		l.connect(s)

@@ -30,24 +30,7 @@ func TestMetrics(t *testing.T) {
 	}
 	fc.masters[0].ready.Store(false)
 	waitFor(t, 5*time.Second, func() bool { return l.Pool(PoolAPI).Healthy() == 2 })
-	get := func() map[string]float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]float64{}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				key := mf.GetName()
-				for _, lp := range m.GetLabel() {
-					key += "," + lp.GetName() + "=" + lp.GetValue()
-				}
-				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
-				out[key] = v
-			}
-		}
-		return out
-	}
+	get := func() map[string]float64 { return gather(t, reg) }
 	var m map[string]float64
 	waitFor(t, 5*time.Second, func() bool {
 		m = get()
@@ -72,4 +55,25 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v)", k, v, found)
 		}
 	}
+}
+
+// gather reads reg's series as "name,label=value,..." (labels sorted by
+// name) to their values.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, lp := range m.GetLabel() {
+				key += "," + lp.GetName() + "=" + lp.GetValue()
+			}
+			out[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return out
 }

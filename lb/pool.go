@@ -25,27 +25,97 @@ const (
 // ramps from 1 to it.
 const fullWeight = 100
 
+// Family is the address family a backend is reached over, and the family
+// of the client connections it may take.
+type Family uint8
+
+// Families. A single-stack pool's backends are FamilyAny: each member's
+// first address takes every client, as before dual-stack existed; so does
+// a member known by one address in a dual-stack pool.
+const (
+	FamilyAny Family = iota
+	FamilyIPv4
+	FamilyIPv6
+)
+
+// String is the family as /status and logs show it.
+func (f Family) String() string {
+	switch f {
+	case FamilyIPv4:
+		return "ipv4"
+	case FamilyIPv6:
+		return "ipv6"
+	}
+	return "any"
+}
+
+// familyOf is a's family; an IPv4-mapped IPv6 address (an IPv4 client of a
+// dual-stack listener) is IPv4.
+func familyOf(a netip.Addr) Family {
+	if a.Is4() || a.Is4In6() {
+		return FamilyIPv4
+	}
+	return FamilyIPv6
+}
+
+// serves says whether a backend of family b may take a client of family c:
+// same family only, so an apiserver bound per family sees the family the
+// client used, and an IPv6 VIP never leads to a member's IPv4 address when
+// the member has an IPv6 one. FamilyAny on either side (a single-stack
+// pool, a member known by one address, a client whose family is not known)
+// matches everything.
+func serves(b, c Family) bool {
+	return b == FamilyAny || c == FamilyAny || b == c
+}
+
+// dualStack says whether VIPs of both families are configured: only then
+// does a pool hold a backend per member and family.
+func dualStack(vips []netip.Addr) bool {
+	var v4, v6 bool
+	for _, v := range vips {
+		if familyOf(v) == FamilyIPv4 {
+			v4 = true
+		} else {
+			v6 = true
+		}
+	}
+	return v4 && v6
+}
+
 // BackendTarget is one backend a pool should hold.
 type BackendTarget struct {
-	Name   string // member name, the backend's label in logs and metrics
+	Name   string // the backend's label in logs and metrics: the member name, plus "/v4" or "/v6" when it has one per family
 	Addr   string // host:port
 	Backup bool   // only used while no primary backend is up
+	Family Family // the clients it takes: FamilyAny for every client
 }
 
 // targetsFor derives a pool's backends from a membership snapshot: every
-// master as a primary, the bootstrap node as the backup. A member's first
-// address is used so a dual-stack node counts once.
-func targetsFor(members []cluster.Member, port uint16) []BackendTarget {
+// master as a primary, the bootstrap node as the backup. Single-stack, a
+// member's first address is used so a dual-stack node counts once. With
+// dual set, a member with addresses of both families has a backend per
+// family (the first address of each), checked and balanced on its own and
+// taking only clients of its family, named member/v4 and member/v6; a
+// member known by one address alone takes every client as before, so
+// dual-stack VIPs in front of members configured with one address still
+// reach them.
+func targetsFor(members []cluster.Member, port uint16, dual bool) []BackendTarget {
 	var out []BackendTarget
 	for _, m := range members {
 		if len(m.IPs) == 0 || (m.Role != cluster.RoleMaster && m.Role != cluster.RoleBootstrap) {
 			continue
 		}
-		out = append(out, BackendTarget{
-			Name:   m.Name,
-			Addr:   netip.AddrPortFrom(m.IPs[0], port).String(),
-			Backup: m.Role == cluster.RoleBootstrap,
-		})
+		backup := m.Role == cluster.RoleBootstrap
+		i4 := slices.IndexFunc(m.IPs, func(a netip.Addr) bool { return familyOf(a) == FamilyIPv4 })
+		i6 := slices.IndexFunc(m.IPs, func(a netip.Addr) bool { return familyOf(a) == FamilyIPv6 })
+		if !dual || i4 < 0 || i6 < 0 {
+			out = append(out, BackendTarget{Name: m.Name, Addr: netip.AddrPortFrom(m.IPs[0], port).String(), Backup: backup})
+			continue
+		}
+		out = append(out,
+			BackendTarget{Name: m.Name + "/v4", Addr: netip.AddrPortFrom(m.IPs[i4].Unmap(), port).String(), Backup: backup, Family: FamilyIPv4},
+			BackendTarget{Name: m.Name + "/v6", Addr: netip.AddrPortFrom(m.IPs[i6], port).String(), Backup: backup, Family: FamilyIPv6},
+		)
 	}
 	return out
 }
@@ -153,7 +223,7 @@ func (p *Pool) setTargets(ctx context.Context, targets []BackendTarget) {
 	p.mu.Unlock()
 	for _, b := range start {
 		p.metrics.setState(p.name, b.Name, HealthUnknown)
-		p.log.Info("backend added", "backend", b.Name, "addr", b.Addr, "backup", b.Backup)
+		p.log.Info("backend added", "backend", b.Name, "addr", b.Addr, "backup", b.Backup, "family", b.Family.String())
 	}
 	if len(stop) > 0 {
 		p.publishHealthy()
@@ -277,40 +347,34 @@ func (p *Pool) publishHealthy() {
 }
 
 // Healthy is the number of backends (backups included) currently up.
-func (p *Pool) Healthy() int {
+func (p *Pool) Healthy() int { return p.HealthyFor(FamilyAny) }
+
+// HealthyFor is the number of backends (backups included) currently up
+// that take clients of family f; FamilyAny counts them all.
+func (p *Pool) HealthyFor(f Family) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for _, b := range p.backends {
-		if b.h.State() == HealthUp {
+		if b.h.State() == HealthUp && serves(b.Family, f) {
 			n++
 		}
 	}
 	return n
 }
 
-// pick chooses a backend for a new connection, skipping those in tried,
-// and counts the connection on it. Primaries are used while any is up;
-// backups only when none is. nil: no backend available.
-func (p *Pool) pick(tried []*backend) *backend {
+// pick chooses a backend for a new connection of family fam, skipping
+// those in tried, and counts the connection on it. nil: no backend
+// available.
+func (p *Pool) pick(tried []*backend, fam Family) *backend {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := p.now()
 	var buf [16]*backend // no allocation per connection for usual pools
-	cands := buf[:0]
-	for _, backup := range []bool{false, true} {
-		for _, b := range p.order {
-			if b.Backup == backup && b.h.State() == HealthUp && !slices.Contains(tried, b) {
-				cands = append(cands, b)
-			}
-		}
-		if len(cands) > 0 {
-			break
-		}
-	}
+	cands := candidates(buf[:0], p.order, tried, fam)
 	if len(cands) == 0 {
 		return nil
 	}
+	now := p.now()
 	var best *backend
 	if p.balance == LeastConnections {
 		best = pickLeastConn(cands, p.rr, now, p.health.SlowStart)
@@ -320,6 +384,25 @@ func (p *Pool) pick(tried []*backend) *backend {
 	}
 	best.active++
 	return best
+}
+
+// candidates appends to dst the backends of order a connection of family
+// fam may go to: those up, of its family and not tried yet; primaries while
+// any qualifies, else backups. Backups are chosen per family, so a
+// bootstrap takes the IPv6 clients while no master is up over IPv6 even
+// when masters serve IPv4.
+func candidates(dst, order, tried []*backend, fam Family) []*backend {
+	for _, backup := range []bool{false, true} {
+		for _, b := range order {
+			if b.Backup == backup && b.h.State() == HealthUp && serves(b.Family, fam) && !slices.Contains(tried, b) {
+				dst = append(dst, b)
+			}
+		}
+		if len(dst) > 0 {
+			break
+		}
+	}
+	return dst
 }
 
 // pickSmoothWRR is smooth weighted round-robin: every candidate gains its
@@ -392,8 +475,11 @@ func (p *Pool) endSession(s *session) {
 
 // BackendStatus is one backend as shown on /status.
 type BackendStatus struct {
-	Name   string `json:"name"`
-	Addr   string `json:"addr"`
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+	// Family is the address family the backend is checked and reached
+	// over ("ipv4", "ipv6"); dual-stack, it takes only clients of it.
+	Family string `json:"family"`
 	Backup bool   `json:"backup,omitempty"`
 	State  string `json:"state"`
 	Active int    `json:"active"`
@@ -411,7 +497,7 @@ func (p *Pool) Status() []BackendStatus {
 		if b.h.State() == HealthUp {
 			w = slowStartWeight(fullWeight, b.upSince, now, p.health.SlowStart)
 		}
-		out = append(out, BackendStatus{Name: b.Name, Addr: b.Addr, Backup: b.Backup, State: b.h.State().String(), Active: b.active, Weight: w})
+		out = append(out, BackendStatus{Name: b.Name, Addr: b.Addr, Family: addrFamily(b.ap), Backup: b.Backup, State: b.h.State().String(), Active: b.active, Weight: w})
 	}
 	slices.SortFunc(out, func(a, b BackendStatus) int {
 		if a.Name < b.Name {
@@ -423,6 +509,14 @@ func (p *Pool) Status() []BackendStatus {
 		return 0
 	})
 	return out
+}
+
+// addrFamily names ap's family for /status; "" when it did not parse.
+func addrFamily(ap netip.AddrPort) string {
+	if !ap.IsValid() {
+		return ""
+	}
+	return familyOf(ap.Addr()).String()
 }
 
 func portOf(addr net.Addr) uint16 {

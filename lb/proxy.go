@@ -84,12 +84,15 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // proxy accepts clients on one listener and splices them to a pool, on
 // one event loop per processor (loop.go).
 type proxy struct {
-	pool   *Pool
-	opts   ProxyOptions
-	ln     *net.TCPListener
-	enter  func() error   // nil, or enters the network namespace backends are dialled in
-	active atomic.Int64   // open client connections, for the limit
-	wg     sync.WaitGroup // one per running loop: done once it stopped accepting and its sessions ended
+	pool  *Pool
+	opts  ProxyOptions
+	ln    *net.TCPListener
+	enter func() error // nil, or enters the network namespace backends are dialled in
+	// byFamily: dual-stack, each client goes to a backend of its own
+	// family, read from the address accept returns.
+	byFamily bool
+	active   atomic.Int64   // open client connections, for the limit
+	wg       sync.WaitGroup // one per running loop: done once it stopped accepting and its sessions ended
 
 	mu    sync.Mutex
 	loops []*loop

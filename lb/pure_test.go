@@ -138,7 +138,7 @@ func TestTargetsFor(t *testing.T) {
 		{Name: "worker-0", Role: cluster.RoleWorker, IPs: []netip.Addr{netip.MustParseAddr("10.0.0.20")}},
 		{Name: "master-6", Role: cluster.RoleMaster, IPs: []netip.Addr{netip.MustParseAddr("fd00::16")}},
 	}
-	got := targetsFor(ms, 6443)
+	got := targetsFor(ms, 6443, false)
 	want := []BackendTarget{
 		{Name: "bootstrap", Addr: "10.0.0.9:6443", Backup: true},
 		{Name: "master-0", Addr: "10.0.0.10:6443"},
@@ -161,19 +161,19 @@ func TestPickBackupOnlyWithoutPrimaries(t *testing.T) {
 	}
 	p.reorder()
 	for range 10 {
-		if b := p.pick(nil); b.Backup {
+		if b := p.pick(nil, FamilyAny); b.Backup {
 			t.Fatal("backup picked while primaries are up")
 		}
 	}
-	if b := p.pick([]*backend{p.backends["m0"], p.backends["m1"]}); b == nil || !b.Backup {
+	if b := p.pick([]*backend{p.backends["m0"], p.backends["m1"]}, FamilyAny); b == nil || !b.Backup {
 		t.Fatal("backup not used when every primary failed to dial")
 	}
 	p.backends["m0"].h, p.backends["m1"].h = health.NewHysteresis(3, 3, HealthDown), health.NewHysteresis(3, 3, HealthDown)
-	if b := p.pick(nil); b == nil || b.Name != "boot" {
+	if b := p.pick(nil, FamilyAny); b == nil || b.Name != "boot" {
 		t.Fatalf("picked %v, want the backup", b)
 	}
 	p.backends["boot"].h = health.NewHysteresis(3, 3, HealthDown)
-	if b := p.pick(nil); b != nil {
+	if b := p.pick(nil, FamilyAny); b != nil {
 		t.Fatalf("picked %v with nothing up", b.Name)
 	}
 }

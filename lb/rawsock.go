@@ -132,3 +132,33 @@ func putPort(dst *uint16, port uint16) {
 	b := (*[2]byte)(unsafe.Pointer(dst))
 	b[0], b[1] = byte(port>>8), byte(port)
 }
+
+// rawAccept accepts a connection on the non-blocking listener lfd, the
+// socket non-blocking itself. With peer set the kernel writes the client's
+// address there, in the same call.
+func rawAccept(lfd int, peer *unix.RawSockaddrAny) (int, unix.Errno) {
+	if peer == nil {
+		r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lfd), 0, 0, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+		return int(r), e
+	}
+	n := uint32(unix.SizeofSockaddrAny)
+	r, _, e := unix.RawSyscall6(unix.SYS_ACCEPT4, uintptr(lfd), uintptr(unsafe.Pointer(peer)), uintptr(unsafe.Pointer(&n)), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+	return int(r), e
+}
+
+// sockaddrFamily is the family of the client whose address accept wrote
+// into sa: an IPv4-mapped address (an IPv4 client of a dual-stack
+// listener) is IPv4. FamilyAny when the address is of neither family.
+func sockaddrFamily(sa *unix.RawSockaddrAny) Family {
+	switch sa.Addr.Family {
+	case unix.AF_INET:
+		return FamilyIPv4
+	case unix.AF_INET6:
+		a := (*unix.RawSockaddrInet6)(unsafe.Pointer(sa)).Addr
+		if netip.AddrFrom16(a).Is4In6() {
+			return FamilyIPv4
+		}
+		return FamilyIPv6
+	}
+	return FamilyAny
+}

@@ -17,7 +17,7 @@ func (l *loop) connect(s *session) {
 	x := l.x
 	p := x.pool
 	for s.attempts <= x.opts.Retries {
-		b := p.pick(s.tried)
+		b := p.pick(s.tried, s.fam)
 		if b == nil {
 			break
 		}
@@ -340,7 +340,8 @@ type session struct {
 	in, out    direction // client to backend, backend to client
 	last       int64     // loop time of the last byte moved either way
 	connectBy  int64
-	idx        int // in l.live
+	idx        int    // in l.live
+	fam        Family // the client's: its backend's must match (FamilyAny: single-stack)
 	connecting bool
 	counted    bool // established: counted active, known to the pool
 	reset      bool // close the client with an RST
