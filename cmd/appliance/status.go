@@ -57,7 +57,7 @@ members and DHCP. --json prints the document as it is.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&addr, "admin", "127.0.0.1:9447", "admin listener of the appliance to ask")
+	cmd.Flags().StringVar(&addr, "admin", cluster.DefaultAdminListen, "admin listener of the appliance to ask (its admin.listen or --admin-listen)")
 	cmd.Flags().BoolVar(&raw, "json", false, "print the raw JSON")
 	return cmd
 }
