@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -135,7 +136,9 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 func (n *Node) buildVIPs(opts Options) error {
 	var p Probes
 	if n.lb != nil {
-		p.LB = vrrp.FuncProbe(func(context.Context) error { return n.lb.Serving() })
+		p.LB = func(vip netip.Addr) vrrp.Probe {
+			return vrrp.FuncProbe(func(context.Context) error { return n.lb.ServingVIP(vip) })
+		}
 	}
 	if n.self.Role == cluster.RoleBootstrap {
 		u := opts.APIServerReadyz

@@ -65,7 +65,9 @@ const (
 // Probes are the checks the VRRP instances track, built by the caller from
 // the services that run (nil: that check is not tracked).
 type Probes struct {
-	LB          vrrp.Probe // nil error while the local LB serves the API VIP's traffic
+	// LB says whether the local LB serves a VIP's traffic (its family has a
+	// healthy backend and the redirect is installed).
+	LB          func(vip netip.Addr) vrrp.Probe
 	APIServer   vrrp.Probe // the bootstrap's own apiserver /readyz
 	IngressPort vrrp.Probe // the ingress router's readiness
 }
@@ -88,7 +90,7 @@ func VRRPConfigs(cfg *cluster.Config, self cluster.Node, plan Plan, iface string
 		switch in.Kind {
 		case cluster.VIPAPI:
 			if p.LB != nil {
-				c.Tracks = append(c.Tracks, vrrp.TrackSpec{Name: "lb", Probe: p.LB, Weight: WeightLB})
+				c.Tracks = append(c.Tracks, vrrp.TrackSpec{Name: "lb", Probe: p.LB(in.VIP.Addr()), Weight: WeightLB})
 			}
 			if self.Role == cluster.RoleBootstrap && p.APIServer != nil {
 				c.Tracks = append(c.Tracks, vrrp.TrackSpec{Name: "bootstrap-apiserver", Probe: p.APIServer, Weight: WeightBootstrapAPIServer})

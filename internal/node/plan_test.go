@@ -1,0 +1,140 @@
+package node
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+
+	"appliance/internal/cluster"
+	"appliance/vrrp"
+)
+
+const planConfig = `
+cluster: {name: ocp4, baseDomain: example.com}
+network:
+  machineCIDRs: [192.168.126.0/24, "fd00:126::/64"]
+  apiVIPs: [192.168.126.5, "fd00:126::5"]
+  ingressVIPs: [192.168.126.6]
+nodes:
+  - {name: bootstrap, role: bootstrap, ips: [192.168.126.9]}
+  - {name: master-0, role: master, ips: [192.168.126.10, "fd00:126::10"]}
+  - {name: worker-0, role: worker, ips: [192.168.126.20]}
+`
+
+func parse(t *testing.T, doc string) *cluster.Config {
+	t.Helper()
+	cfg, err := cluster.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestPlanFor(t *testing.T) {
+	cfg := parse(t, planConfig)
+	off := parse(t, planConfig+"lb: {enabled: false}\ndns: {enabled: false}\ndhcp: {enabled: true}\n")
+	noVRRP := parse(t, planConfig+"vrrp: {enabled: false}\ndns: {mdns: true}\n")
+	cases := []struct {
+		cfg  *cluster.Config
+		role cluster.Role
+		want string
+	}{
+		{cfg, cluster.RoleBootstrap, "api-vip, lb, dns"},
+		{cfg, cluster.RoleMaster, "api-vip, ingress-vip, lb, dns"},
+		{cfg, cluster.RoleWorker, "ingress-vip, dns"},
+		{off, cluster.RoleMaster, "api-vip, ingress-vip, dhcp"},
+		{off, cluster.RoleWorker, "ingress-vip"},
+		{noVRRP, cluster.RoleMaster, "lb, dns, mdns"},
+		{noVRRP, cluster.RoleWorker, "dns, mdns"},
+	}
+	for _, c := range cases {
+		if got := PlanFor(c.cfg, c.role).String(); got != c.want {
+			t.Errorf("%s: plan %q, want %q", c.role, got, c.want)
+		}
+	}
+	if got := (Plan{}).String(); got != "nothing" {
+		t.Errorf("empty plan %q", got)
+	}
+}
+
+func TestVRRPConfigsTieTheServices(t *testing.T) {
+	cfg := parse(t, planConfig)
+	probe := vrrp.FuncProbe(func(context.Context) error { return nil })
+	var lbFor []netip.Addr
+	p := Probes{
+		LB: func(vip netip.Addr) vrrp.Probe {
+			lbFor = append(lbFor, vip)
+			return probe
+		},
+		APIServer: probe, IngressPort: probe,
+	}
+	describe := func(cs []vrrp.Config) string {
+		var out []string
+		for _, c := range cs {
+			s := c.Name + "@" + c.Interface
+			for _, tr := range c.Tracks {
+				s += " " + tr.Name + ":" + strconv.Itoa(tr.Weight)
+			}
+			out = append(out, s+" prio "+strconv.Itoa(int(c.Priority)))
+		}
+		return strings.Join(out, "; ")
+	}
+	cases := []struct {
+		node string
+		want string
+	}{
+		{"bootstrap", "api-v4@eth0 lb:-30 bootstrap-apiserver:-20 prio 50; api-v6@eth0 lb:-30 bootstrap-apiserver:-20 prio 50"},
+		{"master-0", "api-v4@eth0 lb:-30 prio 40; api-v6@eth0 lb:-30 prio 40; ingress-v4@eth0 router:0 prio 20"},
+		{"worker-0", "ingress-v4@eth0 router:0 prio 40"},
+	}
+	for _, c := range cases {
+		self, _ := cfg.NodeByName(c.node)
+		got := describe(VRRPConfigs(cfg, self, PlanFor(cfg, self.Role), "eth0", p))
+		if got != c.want {
+			t.Errorf("%s:\n got %s\nwant %s", c.node, got, c.want)
+		}
+	}
+	// Each API VIP follows the LB's health for its own family.
+	if len(lbFor) != 4 || lbFor[0] != netip.MustParseAddr("192.168.126.5") || lbFor[1] != netip.MustParseAddr("fd00:126::5") {
+		t.Errorf("LB probes asked for %v", lbFor)
+	}
+	// The handover arithmetic: an LB that cannot serve puts any node below a
+	// serving one, and the bootstrap's own apiserver failing puts it below
+	// every master.
+	boot, master := cluster.DefaultPriority(cluster.RoleBootstrap, cluster.VIPAPI), cluster.DefaultPriority(cluster.RoleMaster, cluster.VIPAPI)
+	b, m := int(boot), int(master)
+	for _, c := range []struct {
+		what      string
+		high, low int
+	}{
+		{"a serving master over a bootstrap whose apiserver failed", m, b + WeightBootstrapAPIServer},
+		{"a serving master over a bootstrap whose LB cannot serve", m, b + WeightLB},
+		{"a bootstrap whose LB serves over a master whose LB cannot", b + WeightBootstrapAPIServer, m + WeightLB},
+	} {
+		if c.high <= c.low {
+			t.Errorf("weights %d/%d: want %s (%d > %d)", WeightLB, WeightBootstrapAPIServer, c.what, c.high, c.low)
+		}
+	}
+}
+
+func TestHoldsAPIVIP(t *testing.T) {
+	snap := &cluster.Snapshot{VIPs: []cluster.VIPStatus{
+		{Name: "api-v4", Kind: cluster.VIPAPI, LocalState: cluster.VIPStateBackup},
+		{Name: "ingress-v4", Kind: cluster.VIPIngress, LocalState: cluster.VIPStateMaster},
+	}}
+	if holdsAPIVIP(snap) {
+		t.Error("an ingress VIP does not serve the DHCP pool")
+	}
+	snap.VIPs[0].LocalState = cluster.VIPStateMaster
+	if !holdsAPIVIP(snap) {
+		t.Error("the API VIP's master serves the pool")
+	}
+	if k, err := kindOf("ingress-v6"); err != nil || k != cluster.VIPIngress {
+		t.Errorf("kindOf = %v %v", k, err)
+	}
+	if _, err := kindOf("vrid-51"); err == nil {
+		t.Error("kindOf accepted a name of neither kind")
+	}
+}
