@@ -1,0 +1,184 @@
+package lab
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// APIServerOptions configure the stand-in apiserver.
+type APIServerOptions struct {
+	// Listen is the HTTPS listen address, e.g. ":6443".
+	Listen string
+	// Name is the node name put in every answer, so the lab shows who
+	// answered.
+	Name string
+	// FailFile, while it exists, makes /readyz answer 500, like an
+	// apiserver shutting down.
+	FailFile string
+}
+
+// ServeAPIServer is the lab's stand-in for a control-plane node's
+// apiserver until ctx ends: the load balancer needs only HTTPS with a
+// /readyz that can fail, and the client a body naming who answered.
+func ServeAPIServer(ctx context.Context, o APIServerOptions) error {
+	failing := func() bool {
+		if o.FailFile == "" {
+			return false
+		}
+		_, err := os.Stat(o.FailFile)
+		return err == nil
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if failing() {
+			http.Error(w, "[-]shutdown failed: reason withheld (from "+o.Name+")", http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(w, "ok (from %s)\n", o.Name)
+	})
+	// Any other path keeps answering while /readyz fails: a draining
+	// apiserver still serves the requests that reach it.
+	mux.HandleFunc("GET /", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "{\"node\":%q}\n", o.Name)
+	})
+	return serve(ctx, "lab apiserver", o.Name, mux, tlsListener(o.Listen))
+}
+
+// ServeMCS is the lab's stand-in Machine Config Server until ctx ends:
+// HTTPS /healthz, which the LB's MCS pool checks, and /config/<role>
+// answering a minimal Ignition config that names the server.
+func ServeMCS(ctx context.Context, listen, name string) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /config/{role}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.coreos.ignition+json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"ignition": map[string]string{"version": "3.2.0"},
+			"storage": map[string]any{"files": []map[string]any{{
+				"path":     "/etc/lab-served-by",
+				"contents": map[string]string{"source": "data:," + name + "%20" + r.PathValue("role")},
+			}}},
+		})
+	})
+	return serve(ctx, "lab mcs", name, mux, tlsListener(listen))
+}
+
+// RouterOptions configure the stand-in ingress router.
+type RouterOptions struct {
+	// Name is the node name put in every answer.
+	Name string
+	// Stats serves /healthz/ready over HTTP, as a router's stats port
+	// (":1936"; the ingress VIP tracks it).
+	Stats string
+	// HTTP and HTTPS serve every path, answering which router took it.
+	HTTP, HTTPS string
+}
+
+// ServeRouter is the lab's stand-in for a node's ingress router until ctx
+// ends.
+func ServeRouter(ctx context.Context, o RouterOptions) error {
+	stats := http.NewServeMux()
+	stats.HandleFunc("GET /healthz/ready", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	apps := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "{\"router\":%q,\"host\":%q}\n", o.Name, r.Host)
+	})
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error { return serve(ctx, "lab router", o.Name, stats, plainListener(o.Stats)) })
+	eg.Go(func() error { return serve(ctx, "lab router", o.Name, apps, plainListener(o.HTTP)) })
+	eg.Go(func() error { return serve(ctx, "lab router", o.Name, apps, tlsListener(o.HTTPS)) })
+	return eg.Wait()
+}
+
+type listener func(name string) (net.Listener, error)
+
+func plainListener(addr string) listener {
+	return func(string) (net.Listener, error) { return net.Listen("tcp", addr) }
+}
+
+func tlsListener(addr string) listener {
+	return func(name string) (net.Listener, error) {
+		cert, err := selfSignedCert(name)
+		if err != nil {
+			return nil, err
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}}), nil
+	}
+}
+
+// serve runs h on the listener until ctx ends.
+func serve(ctx context.Context, what, name string, h http.Handler, listen listener) error {
+	ln, err := listen(name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		// The LB's TCP-level probes and dropped connections would fill
+		// the log with handshake errors.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return nil
+	}
+}
+
+// selfSignedCert makes a throw-away certificate: the LB passes TLS through
+// without looking, and the lab's client does not verify it.
+func selfSignedCert(name string) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "lab " + strings.TrimSpace(name)},
+		DNSNames:     []string{"api." + Domain, "api-int." + Domain, "*.apps." + Domain, "localhost"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
