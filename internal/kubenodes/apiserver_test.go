@@ -228,13 +228,46 @@ func stopAPIServer(t *testing.T) []string {
 		t.Fatalf("killing kube-apiserver %d: %v", pid, err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) {
+	for !exited(pid) {
 		if time.Now().After(deadline) {
 			t.Fatalf("kube-apiserver %d still runs 10 s after SIGKILL", pid)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Its listener is closed by now; make sure before a restart binds it.
+	addr := flagValue(args, "--bind-address") + ":" + flagValue(args, "--secure-port")
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver's %s still taken 10 s after SIGKILL: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return args
+}
+
+// exited reports whether pid has finished exiting: gone, or a zombie. (Its
+// command line empties earlier, while its sockets are still open.)
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')') // the command name may hold anything
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+}
+
+func flagValue(args []string, name string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // restartAPIServer starts kube-apiserver again with args, records it for
@@ -273,7 +306,11 @@ func restartAPIServer(t *testing.T, args []string) {
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("kube-apiserver not ready 60 s after a restart (log in %s): %v", kube.state, err)
+			log, _ := os.ReadFile(filepath.Join(kube.state, "kube-apiserver.log"))
+			if len(log) > 3000 {
+				log = log[len(log)-3000:]
+			}
+			t.Fatalf("kube-apiserver not ready 60 s after a restart: %v; its log ends:\n%s", err, log)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -536,9 +536,10 @@ func TestClientLogsGoThroughSlog(t *testing.T) {
 	if _, err := New(newState(), Options{Kubeconfig: writeKubeconfig(t, "https://192.0.2.1:6443")}, other); err != nil {
 		t.Fatal(err)
 	}
-	klog.InfoS("kubenodes klog probe", "probe", 1)
+	probe := fmt.Sprintf("kubenodes klog probe %d", testSeq.Add(1)) // -count=N runs it again
+	klog.InfoS(probe, "probe", 1)
 	klog.Flush()
-	recs := logLines(t, &clientLogs, "kubenodes klog probe")
+	recs := logLines(t, &clientLogs, probe)
 	if len(recs) != 1 || recs[0]["component"] != "client-go" {
 		t.Errorf("klog's probe in the routed log: %v\nwhole log:\n%s", recs, clientLogs.String())
 	}
