@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -250,12 +251,20 @@ func (p *Provider) checkAccess(ctx context.Context, spec *platform.Spec, refuse,
 			need = append(need, access{verb: "create", group: "cdi.kubevirt.io", resource: "datavolumes", subresource: "source", why: "cloning the golden image"})
 		}
 	}
-	for _, a := range need {
-		r := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+	// The reviews are independent: ask them all at once, report in order.
+	reviews := make([]*authorizationv1.SelfSubjectAccessReview, len(need))
+	errs := make([]error, len(need))
+	var g errgroup.Group
+	for i, a := range need {
+		reviews[i] = &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Namespace: p.opts.Namespace, Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource,
 			},
 		}}
+		g.Go(func() error { errs[i] = p.c.Create(ctx, reviews[i]); return nil })
+	}
+	_ = g.Wait() // errors are in errs
+	for i, a := range need {
 		what := a.resource
 		if a.group != "" {
 			what += "." + a.group
@@ -263,7 +272,8 @@ func (p *Provider) checkAccess(ctx context.Context, spec *platform.Spec, refuse,
 		if a.subresource != "" {
 			what += "/" + a.subresource
 		}
-		if err := p.c.Create(ctx, r); err != nil {
+		r := reviews[i]
+		if err := errs[i]; err != nil {
 			warn("kubevirt: cannot ask %s whether these credentials may %s %s in namespace %s: %v", p.where(), a.verb, what, p.opts.Namespace, err)
 			continue
 		}

@@ -400,6 +400,23 @@ func TestStart(t *testing.T) {
 		t.Errorf("list = %+v", vms)
 	}
 
+	// A VM someone switched to the older `running` field ends with the run
+	// strategy alone (KubeVirt refuses both).
+	m2 := spec.Machines[4]
+	old := BuildVirtualMachine(spec, m2, p.opts)
+	yes := true
+	old.Spec.RunStrategy, old.Spec.Running = nil, &yes
+	seed(t, old)
+	if err := p.Start(ctx, spec, m2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(old), vm); err != nil {
+		t.Fatal(err)
+	}
+	if vm.Spec.Running != nil || vm.Spec.RunStrategy == nil || *vm.Spec.RunStrategy != kubevirtv1.RunStrategyAlways {
+		t.Errorf("running %v, runStrategy %v; want runStrategy Always alone", vm.Spec.Running, vm.Spec.RunStrategy)
+	}
+
 	// RerunOnFailure when asked.
 	ns2 := newNamespace(t)
 	p2, _ := newProvider(t, ns2, func(o *Options) { o.RunStrategy = kubevirtv1.RunStrategyRerunOnFailure })
