@@ -258,7 +258,7 @@ func (w *Watcher) contact(ctx context.Context, err error) {
 	if next == apiUp {
 		w.lastSync, w.lastErr = now, ""
 		if prev == apiDown || prev == apiRefused {
-			w.log.Info("Kubernetes API reachable again", "down_for", now.Sub(w.down).Round(time.Millisecond))
+			w.log.Info("Kubernetes API reachable again", "down_for", now.Sub(w.down).Round(time.Millisecond).String())
 		}
 		w.down = time.Time{}
 		return
