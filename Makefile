@@ -70,10 +70,18 @@ fuzz:
 
 test: test-deps lint build unit fuzz
 
-# The lab: three nodes holding a VIP, a client pinging it, the master killed and restored.
+# The lab: a bootstrap, three masters and two workers running `appliance run`, a client calling
+# the API through the VIP through the bootstrap's teardown, a master's death and a day-2 worker.
+# That worker's Node object goes through a real kube-apiserver once `appliance run` takes
+# --kubeconfig and build.sh can build it (~6 min the first time); otherwise it joins through mDNS.
 run: build test-deps
 	@if [ "$$(id -u)" != 0 ]; then echo "make run needs root (network namespaces)" >&2; exit 1; fi
-	./$(BIN) lab
+	@assets=""; \
+	if ./$(BIN) run --help 2>/dev/null | grep -q -- '--kubeconfig' && [ -x $(KUBE_TOOLS)/build.sh ]; then \
+		echo "make run: kube-apiserver for the day-2 worker: $(KUBE_TOOLS)/build.sh (cached after the first build)"; \
+		assets=$$($(KUBE_TOOLS)/build.sh) || { echo "make run: build.sh failed; the day-2 worker joins through mDNS"; assets=""; }; \
+	fi; \
+	./$(BIN) lab --kube-tools $(KUBE_TOOLS) --kube-assets "$$assets"
 
 # Side-by-side benchmarks against the anchors; results go into BENCHMARKS.md.
 bench: build test-deps

@@ -13,9 +13,10 @@ import (
 )
 
 type labFlags struct {
-	interval  time.Duration
-	keep      bool
-	kubeTools string
+	interval   time.Duration
+	keep       bool
+	kubeTools  string
+	kubeAssets string
 }
 
 func newLabCmd(g *globalFlags) *cobra.Command {
@@ -43,7 +44,7 @@ Ctrl-C.`,
 			_, err = lab.Run(cmd.Context(), lab.Options{
 				Exe: exe, Out: cmd.OutOrStdout(), LogLevel: g.logLevel, LogFormat: "text",
 				AdvertInterval: f.interval, Keep: f.keep,
-				Kube: lab.KubeOptions{RunKubeconfig: runTakesKubeconfig(cmd), Tools: f.kubeTools},
+				Kube: lab.KubeOptions{RunKubeconfig: runTakesKubeconfig(cmd), Tools: f.kubeTools, Assets: f.kubeAssets},
 			})
 			return err
 		},
@@ -51,7 +52,9 @@ Ctrl-C.`,
 	cmd.Flags().DurationVar(&f.interval, "advert-interval", cluster.DefaultAdvertInterval, "VRRP advert interval")
 	cmd.Flags().BoolVar(&f.keep, "keep", false, "after the scenario, keep the lab up until Ctrl-C")
 	cmd.Flags().StringVar(&f.kubeTools, "kube-tools", "../shared/tools/kube-apiserver",
-		"folder of the kube-apiserver scripts (build.sh, start.sh) for the day-2 worker; without them it joins through mDNS")
+		"folder of the kube-apiserver scripts (start.sh, stop.sh) for the day-2 worker's Node object; without them it joins through mDNS")
+	cmd.Flags().StringVar(&f.kubeAssets, "kube-assets", os.Getenv("KUBEBUILDER_ASSETS"),
+		"folder of the kube-apiserver, etcd and kubectl binaries (what the scripts' build.sh prints)")
 	cmd.AddCommand(newLabAPIServerCmd(), newLabMCSCmd(), newLabRouterCmd())
 	return cmd
 }

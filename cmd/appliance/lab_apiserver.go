@@ -23,6 +23,7 @@ func newLabAPIServerCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.Listen, "listen", ":6443", "HTTPS listen address")
 	cmd.Flags().StringVar(&o.Name, "name", "", "node name put in every answer, so the lab shows who answered")
 	cmd.Flags().StringVar(&o.FailFile, "fail-file", "", "while this file exists /readyz answers 500, like an apiserver shutting down")
+	cmd.Flags().StringVar(&o.Upstream, "upstream", "", "a real kube-apiserver (https://IP:port) to pass every other path to")
 	return cmd
 }
 

@@ -93,6 +93,8 @@ type run struct {
 	names   map[*netlab.Node]string
 	procs   map[string]*netlab.Process // "run/master-0", "apiserver/master-0", ...
 	caller  *caller
+	kube    *kube  // nil: no Kubernetes API
+	kubeErr string // why the Kubernetes API failed to start
 }
 
 // Run builds the lab, plays the scenario and removes the lab; it needs
@@ -223,14 +225,14 @@ func (r *run) startApp(n *netlab.Node, key string, args ...string) error {
 
 func (r *run) startRun(n *netlab.Node, cfg string, extra ...string) error {
 	name := r.names[n]
-	return r.startApp(n, "run/"+name, append([]string{"run", "--config", cfg, "--node", name,
-		"--admin-listen", adminListen}, extra...)...)
+	args := append([]string{"run", "--config", cfg, "--node", name, "--admin-listen", adminListen}, r.kubeRunArgs()...)
+	return r.startApp(n, "run/"+name, append(args, extra...)...)
 }
 
 func (r *run) startAPIServer(n *netlab.Node) error {
 	name := r.names[n]
-	return r.startApp(n, "apiserver/"+name, "lab", "apiserver", "--listen", ":6443", "--name", name,
-		"--fail-file", r.failFile(n))
+	return r.startApp(n, "apiserver/"+name, append([]string{"lab", "apiserver", "--listen", ":6443", "--name", name,
+		"--fail-file", r.failFile(n)}, r.upstreamArgs()...)...)
 }
 
 func (r *run) startMCS(n *netlab.Node) error {

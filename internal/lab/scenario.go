@@ -31,6 +31,16 @@ func (r *run) setup() error {
 		fmt.Fprintf(r.o.Out, "    %s\n", line)
 	}
 	fmt.Fprintln(r.o.Out)
+	if r.kubeMissing() == "" {
+		if err := r.startKube(); err != nil {
+			if r.ctx.Err() != nil {
+				return r.ctx.Err()
+			}
+			r.kubeErr = fmt.Sprintf("the kube-apiserver did not start (%v)", err)
+			r.kube = nil
+			r.say("kube-api: %s; the day-2 worker will join through mDNS", r.kubeErr)
+		}
+	}
 	if err := r.startAPIServer(r.boot); err != nil {
 		return err
 	}
@@ -180,6 +190,14 @@ func (r *run) mastersSection() error {
 		return err
 	}
 	r.say("client, since: %s", r.caller.since(t0))
+	for _, n := range r.masters {
+		_, body, _, err := get(n, adminListen, "localhost", "/readyz", false, time.Second)
+		if err != nil {
+			body = err.Error()
+		}
+		r.say("%s: appliance /readyz: %s", r.names[n], strings.Join(strings.Fields(body), " "))
+	}
+	r.say("  (no router runs on the masters, so their ingress VIP instance is FAULT, and /readyz counts it)")
 	// The MCS pool checks on its own schedule; give it the time the API pool took.
 	if _, err := r.until(10*time.Second, func() bool {
 		p, err := pool(r.boot, "mcs")
@@ -369,9 +387,6 @@ func (r *run) day2Section() error {
 	var t0 time.Time
 	if k == "" {
 		r.res.Day2Via = "kubernetes"
-		if err := r.startRun(n, day2, "--role", "worker"); err != nil {
-			return err
-		}
 		t0 = time.Now()
 		if err := r.createNode("worker-2", n.IPv4.Addr()); err != nil {
 			return err
@@ -402,18 +417,55 @@ func (r *run) day2Section() error {
 	if !ok {
 		return fmt.Errorf("lab: %s's DNS does not answer %s 30 s after it joined", r.names[dnsSrv], name)
 	}
+	r.say("%s's members: worker-2 from %s", r.names[dnsSrv], memberSource(dnsSrv, "worker-2"))
+	if k == "" {
+		// The node itself comes up after its Node object: its appliance
+		// reads the same API.
+		if err := r.startRun(n, day2, "--role", "worker"); err != nil {
+			return err
+		}
+		r.say("worker-2: appliance run --config %s --node worker-2 --role worker --kubeconfig ... started", filepath.Base(day2))
+	}
 	return nil
+}
+
+// memberSource is where n's appliance learned member name from.
+func memberSource(n *netlab.Node, name string) string {
+	_, body, _, err := get(n, adminListen, "localhost", "/status", false, 2*time.Second)
+	if err != nil {
+		return "? (" + err.Error() + ")"
+	}
+	var st struct {
+		Members []struct {
+			Name, Source string
+		} `json:"members"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return "? (" + err.Error() + ")"
+	}
+	var src []string
+	for _, m := range st.Members {
+		if m.Name == name {
+			src = append(src, m.Source)
+		}
+	}
+	if len(src) == 0 {
+		return "nowhere"
+	}
+	return strings.Join(src, ", ")
 }
 
 func (r *run) summary() {
 	res := r.res
 	r.header("Summary")
-	fmt.Fprintf(r.o.Out, "    bootstrap held the API VIP first:      %v\n", res.BootstrapHeldVIP)
-	fmt.Fprintf(r.o.Out, "    worker Ignition served by:             %s's MCS, then %s's\n", res.MCSBefore, res.MCSAfter)
-	fmt.Fprintf(r.o.Out, "    bootstrap teardown:                    VIP moved in %s; %d calls, %d failed, %d reset in flight\n",
+	line := func(k, format string, args ...any) {
+		fmt.Fprintf(r.o.Out, "    %-38s %s\n", k+":", fmt.Sprintf(format, args...))
+	}
+	line("bootstrap held the API VIP first", "%v", res.BootstrapHeldVIP)
+	line("worker Ignition served by", "%s's MCS, then %s's", res.MCSBefore, res.MCSAfter)
+	line("bootstrap teardown", "VIP moved in %s; %d calls, %d failed, %d reset in flight",
 		res.HandoverTook.Round(time.Millisecond), res.HandoverCalls, res.HandoverFailed, res.HandoverReset)
-	fmt.Fprintf(r.o.Out, "    %s died:                         outage %s, %d calls failed\n",
-		res.Killed, res.KillOutage.Round(time.Millisecond), res.KillFailed)
-	fmt.Fprintf(r.o.Out, "    day-2 worker answered by DNS (%s): %s after it joined\n", res.Day2Via, res.Day2DNS.Round(time.Millisecond))
+	line(res.Killed+" died", "longest outage %s, %d calls failed", res.KillOutage.Round(time.Millisecond), res.KillFailed)
+	line("day-2 worker answered by DNS ("+res.Day2Via+")", "%s after it joined", res.Day2DNS.Round(time.Millisecond))
 	fmt.Fprintf(r.o.Out, "\ndone in %s: removing the lab (namespaces, processes, files)\n", time.Since(r.start).Round(100*time.Millisecond))
 }

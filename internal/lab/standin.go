@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -33,6 +35,10 @@ type APIServerOptions struct {
 	// FailFile, while it exists, makes /readyz answer 500, like an
 	// apiserver shutting down.
 	FailFile string
+	// Upstream, when set, is a real kube-apiserver (https://IP:port) that
+	// every path but /readyz and /version is passed to, so the stand-in
+	// serves the Kubernetes API too (its certificate is not verified).
+	Upstream string
 }
 
 // ServeAPIServer is the lab's stand-in for a control-plane node's
@@ -56,9 +62,21 @@ func ServeAPIServer(ctx context.Context, o APIServerOptions) error {
 	})
 	// Any other path keeps answering while /readyz fails: a draining
 	// apiserver still serves the requests that reach it.
-	mux.HandleFunc("GET /", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "{\"node\":%q}\n", o.Name)
-	})
+	whoami := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "{\"node\":%q}\n", o.Name) }
+	mux.HandleFunc("GET /version", whoami)
+	if o.Upstream == "" {
+		mux.HandleFunc("GET /", whoami)
+	} else {
+		u, err := url.Parse(o.Upstream)
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return fmt.Errorf("lab apiserver: --upstream %q is not a URL like https://IP:port", o.Upstream)
+		}
+		p := httputil.NewSingleHostReverseProxy(u)
+		// The upstream's test certificate is not verified.
+		p.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+		p.FlushInterval = -1 // watches stream
+		mux.Handle("/", p)
+	}
 	return serve(ctx, "lab apiserver", o.Name, mux, tlsListener(o.Listen))
 }
 
