@@ -300,13 +300,13 @@ func (p *statusPrinter) lb(raw json.RawMessage) {
 	if len(pools) == 0 {
 		p.out.WriteString("no pool\n")
 	} else {
-		tw := p.table("POOL", "BACKEND", "ADDRESS", "STATE", "BACKUP", "ACTIVE", "WEIGHT")
+		tw := p.table("POOL", "BACKEND", "FAMILY", "ADDRESS", "STATE", "BACKUP", "ACTIVE", "WEIGHT")
 		for _, name := range pools {
 			if len(st.Pools[name]) == 0 {
-				row(tw, name, "(no backend)", "", "", "", "", "")
+				row(tw, name, "(no backend)", "", "", "", "", "", "")
 			}
 			for _, b := range st.Pools[name] {
-				row(tw, name, b.Name, b.Addr, b.State, yesNo(b.Backup), strconv.Itoa(b.Active), strconv.Itoa(b.Weight))
+				row(tw, name, b.Name, b.Family, b.Addr, b.State, yesNo(b.Backup), strconv.Itoa(b.Active), strconv.Itoa(b.Weight))
 			}
 		}
 		tw.Flush()
@@ -327,8 +327,9 @@ func (p *statusPrinter) dns(raw json.RawMessage) {
 		return
 	}
 	p.title("DNS")
-	tw := p.table("ZONE", "LISTEN", "SERVING", "UPSTREAMS")
-	row(tw, st.Zone, st.Listen, yesNo(st.Serving), joinText(st.Upstreams))
+	// CLIENTS are the networks answered; every other client is refused.
+	tw := p.table("ZONE", "LISTEN", "SERVING", "UPSTREAMS", "CLIENTS")
+	row(tw, st.Zone, st.Listen, yesNo(st.Serving), joinText(st.Upstreams), joinText(st.Clients))
 	tw.Flush()
 	m := st.MDNS
 	if m == nil {

@@ -120,7 +120,7 @@ func TestStatusCommandAgainstLB(t *testing.T) {
 
 	backend := func(out, name string) []string {
 		for _, l := range strings.Split(out, "\n") {
-			if f := strings.Fields(l); len(f) == 7 && f[0] == lb.PoolAPI && f[1] == name {
+			if f := strings.Fields(l); len(f) == 8 && f[0] == lb.PoolAPI && f[1] == name {
 				return f
 			}
 		}
@@ -133,7 +133,7 @@ func TestStatusCommandAgainstLB(t *testing.T) {
 			t.Fatalf("appliance status: %v\n%s", err, out)
 		}
 		up, down := backend(out, "master-0"), backend(out, "master-1")
-		if up != nil && up[3] == "up" && down != nil && down[3] == "down" {
+		if up != nil && up[4] == "up" && down != nil && down[4] == "down" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -142,7 +142,7 @@ func TestStatusCommandAgainstLB(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("appliance status:\n%s", out)
-	if f := backend(out, "master-0"); f[2] != "127.0.0.1:"+strconv.Itoa(int(port)) || f[4] != "no" {
+	if f := backend(out, "master-0"); f[3] != "127.0.0.1:"+strconv.Itoa(int(port)) || f[5] != "no" {
 		t.Errorf("master-0's row: %q", f)
 	}
 	for _, want := range []string{

@@ -71,10 +71,11 @@ func statusSample() map[string]any {
 		"lb": lb.Status{
 			Pools: map[string][]lb.BackendStatus{
 				lb.PoolAPI: {
-					{Name: "bootstrap", Addr: "192.168.126.9:6443", Backup: true, State: lb.HealthUp.String(), Active: 0, Weight: 100},
-					{Name: "master-0", Addr: "192.168.126.10:6443", State: lb.HealthUp.String(), Active: 12, Weight: 100},
-					{Name: "master-1", Addr: "192.168.126.11:6443", State: lb.HealthUp.String(), Active: 3, Weight: 25},
-					{Name: "master-2", Addr: "192.168.126.12:6443", State: lb.HealthDown.String()},
+					{Name: "bootstrap/v4", Addr: "192.168.126.9:6443", Family: lb.FamilyIPv4.String(), Backup: true, State: lb.HealthUp.String(), Weight: 100},
+					{Name: "master-0/v4", Addr: "192.168.126.10:6443", Family: lb.FamilyIPv4.String(), State: lb.HealthUp.String(), Active: 12, Weight: 100},
+					{Name: "master-0/v6", Addr: "[fd00:126::10]:6443", Family: lb.FamilyIPv6.String(), State: lb.HealthUp.String(), Active: 2, Weight: 100},
+					{Name: "master-1/v4", Addr: "192.168.126.11:6443", Family: lb.FamilyIPv4.String(), State: lb.HealthUp.String(), Active: 3, Weight: 25},
+					{Name: "master-2", Addr: "192.168.126.12:6443", Family: lb.FamilyIPv4.String(), State: lb.HealthDown.String()},
 				},
 				lb.PoolMCS: {},
 			},
@@ -85,6 +86,8 @@ func statusSample() map[string]any {
 		},
 		"dns": dnsserver.Status{Listen: "0.0.0.0:53", Zone: "ocp4.example.com.", Serving: true,
 			Upstreams: []netip.AddrPort{stAddrPort("192.168.126.1:53"), stAddrPort("[fd00:126::1]:53")},
+			Clients: []netip.Prefix{stPrefix("127.0.0.0/8"), stPrefix("::1/128"), stPrefix("192.168.126.0/24"),
+				stPrefix("fd00:126::/64")},
 			MDNS: &dnsserver.MDNSStatus{Node: "master-0", Interface: "eth0",
 				Addrs: []netip.Addr{stAddr("192.168.126.10"), stAddr("fd00:126::10")}, Sockets: []string{"ipv4", "ipv6"},
 				Members: []string{"worker-9"},
@@ -146,7 +149,7 @@ func TestStatusTables(t *testing.T) {
 		"all":            all,
 		// `appliance dns` without mDNS: no host, no node, no member seen yet.
 		"dns-command": map[string]any{"dns": dnsserver.Status{Listen: "127.0.0.1:53", Zone: "ocp4.example.com.",
-			Upstreams: []netip.AddrPort{}}, "members": []cluster.Member(nil)},
+			Upstreams: []netip.AddrPort{}, Clients: []netip.Prefix{stPrefix("127.0.0.0/8"), stPrefix("::1/128")}}, "members": []cluster.Member(nil)},
 		"host-problem": map[string]any{"host": &host.View{Name: "worker-3",
 			Problem: "no interface holds an address in network.machineCIDRs 192.168.126.0/24; set network.interface"}},
 		"empty":   map[string]any{},
