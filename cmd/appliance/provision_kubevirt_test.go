@@ -109,7 +109,7 @@ provision:
 	// A good apply, as a process with a JSON log; KubeVirt is not there to
 	// run the VMs, so --wait ends by naming them.
 	good := config("good.yaml", ns, "machine-net", kubevirttest.StorageClass)
-	cmd := exec.Command(selfExe(t), "--log-format", "json", "provision", "--config", good, "--assets", assets, "apply", "--wait", "1s")
+	cmd := exec.Command(selfExe(t), "--log-format", "json", "provision", "--config", good, "--assets", assets, "apply", "--wait", "3s")
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -117,7 +117,7 @@ provision:
 	if err == nil {
 		t.Fatalf("apply --wait succeeded with no KubeVirt to run the VMs:\n%s\n%s", stdout.String(), stderr.String())
 	}
-	for _, want := range []string{"6 created, 0 completed, 0 already there, 6 started", "waiting up to 1s for every VM to run"} {
+	for _, want := range []string{"6 created, 0 completed, 0 already there, 6 started", "waiting up to 3s for every VM to run"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("apply output lacks %q:\n%s", want, stdout.String())
 		}

@@ -544,7 +544,7 @@ func TestDestroyWaitsForTerminating(t *testing.T) {
 		}
 	})
 	p, _ := newProvider(t, ns, nil)
-	p.wait = 300 * time.Millisecond
+	p.wait = 2 * time.Second // long enough for a first look on a loaded machine
 	lines, err := p.Destroy(context.Background(), testInfraID)
 	if len(lines) != 1 || err == nil || !strings.Contains(err.Error(), "virtualmachine/ocp4-x7k2p-master-2") {
 		t.Errorf("lines %v err %v", lines, err)
@@ -789,7 +789,7 @@ func TestWaitRunning(t *testing.T) {
 	run(spec.Machines[1], "")
 	// master-1 is left as apply left it: started, not running.
 
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second) // a first look fits even on a loaded machine
 	defer cancel()
 	var seen []string
 	_, err := platform.WaitRunning(wctx, p, spec, 20*time.Millisecond, func(e platform.Event) { seen = append(seen, e.Machine+" "+e.Stage) })
