@@ -10,6 +10,7 @@ import (
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
+	"appliance/internal/kubenodes"
 	"appliance/internal/node"
 	"appliance/lb"
 )
@@ -26,6 +27,7 @@ type runFlags struct {
 	apiListen   string
 	mcsListen   string
 	readyz      string
+	kubeconfig  string
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -71,6 +73,7 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 				LB:              &lo,
 				DNS:             dnsserver.Options{Listen: f.dnsListen},
 				APIServerReadyz: f.readyz,
+				Kubeconfig:      kubenodes.Kubeconfig(f.kubeconfig),
 			}, log)
 			if err != nil {
 				return err
@@ -87,6 +90,7 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 	fl.StringVar(&f.dnsListen, "dns-listen", dnsserver.DefaultListen, "DNS listen address, host:port (UDP and TCP)")
 	fl.StringVar(&f.apiListen, "api-listen", d.API.Listen, "API proxy listener (VIP:6443 is redirected here)")
 	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "watch the Kubernetes Nodes as members with this kubeconfig (default: the kubelet's, when present; it must be allowed to list and watch Nodes)")
 	fl.StringVar(&f.readyz, "bootstrap-readyz", node.DefaultAPIServerReadyz, "on the bootstrap node: its own apiserver's readiness, which its API VIP follows")
 	return cmd
 }

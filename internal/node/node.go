@@ -14,6 +14,7 @@ import (
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
+	"appliance/internal/kubenodes"
 	"appliance/internal/service"
 	"appliance/lb"
 	"appliance/vrrp"
@@ -42,6 +43,14 @@ type Options struct {
 	APIServerReadyz string
 	// TrackInterval is how often the VIPs' tracks probe; 0: vrrp's default.
 	TrackInterval time.Duration
+	// Kubeconfig, when set, adds the Kubernetes Nodes as members (day-2
+	// nodes get DNS names, join the LB pool, become VRRP peers); see
+	// kubenodes.Kubeconfig for picking one.
+	Kubeconfig string
+	// KubeServer replaces the kubeconfig's server on the control plane, so
+	// a node reads its members from its own apiserver, never through the VIP
+	// it serves; "" means kubenodes.DefaultLocalServer.
+	KubeServer string
 }
 
 // Node is one node's services, built and ready to run.
@@ -56,10 +65,11 @@ type Node struct {
 	reg   *prometheus.Registry
 	admin string
 
-	vips *VIPs
-	lb   *lb.LB
-	dns  *dnsserver.Server
-	dhcp *dhcp.Server
+	vips  *VIPs
+	lb    *lb.LB
+	dns   *dnsserver.Server
+	dhcp  *dhcp.Server
+	nodes *kubenodes.Watcher
 }
 
 // New identifies the node and builds the services its role runs.
@@ -88,6 +98,18 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 	hopts.Node = view.Name
 	n.host = host.New(cfg, hopts, "", log)
 
+	if opts.Kubeconfig != "" {
+		ko := kubenodes.Options{Kubeconfig: opts.Kubeconfig, Domain: cfg.Cluster.Domain()}
+		if self.Role == cluster.RoleBootstrap || self.Role == cluster.RoleMaster {
+			ko.LocalServer = opts.KubeServer
+			if ko.LocalServer == "" {
+				ko.LocalServer = kubenodes.DefaultLocalServer
+			}
+		}
+		if n.nodes, err = kubenodes.New(n.state, ko, log); err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+	}
 	if n.plan.LB {
 		lo := lb.DefaultOptions()
 		if opts.LB != nil {
@@ -195,6 +217,12 @@ func (n *Node) Stages() []service.Stage {
 	if len(last) > 0 {
 		stages = append(stages, last)
 	}
+	var sources service.Stage
+	if n.nodes != nil {
+		// Not part of /readyz: before the API exists (a master during the
+		// install) the node must be ready on config and mDNS alone.
+		sources = append(sources, service.Func{ID: n.nodes.Name(), RunFunc: n.nodes.Run, StatusFn: n.nodes.Status})
+	}
 	moved := func(v *host.View) {
 		if n.vips != nil {
 			for _, in := range n.vips.Instances() {
@@ -202,7 +230,7 @@ func (n *Node) Stages() []service.Stage {
 			}
 		}
 	}
-	return append(stages, service.Stage{HostService(n.host, n.view.Interface, moved)})
+	return append(stages, append(sources, HostService(n.host, n.view.Interface, moved)))
 }
 
 // Run runs the node's services behind one admin listener until ctx ends,
