@@ -171,16 +171,23 @@ func Apply(ctx context.Context, pr Provider, spec *Spec, opts ApplyOptions) (*Re
 	}
 
 	if len(build) > 0 {
+		// A platform that fetches the image itself (a KubeVirt DataVolume
+		// importing from URL; no local file) is only asked to begin: the
+		// import goes on there, and the disks cloned from it wait for it.
+		transfer, ready := "uploading image", "image ready"
+		if spec.Image.Path == "" && spec.Image.URL != "" {
+			transfer, ready = "importing image (on the platform)", "image import begun on the platform"
+		}
 		emit(Event{Stage: "preparing image"})
 		err := pr.PrepareImage(ctx, spec, func(done, total int64) {
-			emit(Event{Stage: "uploading image", Done: done, Total: total})
+			emit(Event{Stage: transfer, Done: done, Total: total})
 		})
 		if err != nil {
 			err = fmt.Errorf("platform: base image: %w", err)
 			emit(Event{Stage: "failed", Finished: true, Err: err})
 			return res, err
 		}
-		emit(Event{Stage: "image ready", Finished: true})
+		emit(Event{Stage: ready, Finished: true})
 	}
 
 	errs := forEach(ctx, build, opts.Parallel, func(ctx context.Context, m Machine) error {

@@ -480,3 +480,27 @@ func TestWaitRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestApplyImageStagesSayWhoFetches(t *testing.T) {
+	for _, tt := range []struct {
+		img  Image
+		want string
+	}{
+		{Image{Path: "/cache/rhcos.qcow2", URL: "https://example.test/rhcos.qcow2"}, "image ready"},
+		{Image{URL: "https://example.test/rhcos.qcow2"}, "image import begun on the platform"},
+	} {
+		spec := testSpec(0)
+		spec.Image = tt.img
+		var stages []string
+		if _, err := Apply(context.Background(), newFake(), spec, ApplyOptions{NoStart: true, Progress: func(e Event) {
+			if e.Machine == "" {
+				stages = append(stages, e.Stage)
+			}
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(stages, tt.want) {
+			t.Errorf("image %+v: stages %q, want %q", tt.img, stages, tt.want)
+		}
+	}
+}

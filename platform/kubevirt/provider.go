@@ -242,7 +242,7 @@ func (p *Provider) ensureGolden(ctx context.Context, spec *platform.Spec, progre
 		} else if !apierrors.IsNotFound(err) {
 			return p.errf("kubevirt: image: get PVC %s: %w", name, err)
 		}
-		return p.createGolden(ctx, want, size, progress)
+		return p.createGolden(ctx, want, size)
 	case err != nil:
 		return p.errf("kubevirt: image: get DataVolume %s: %w", name, err)
 	}
@@ -257,14 +257,14 @@ func (p *Provider) ensureGolden(ctx context.Context, spec *platform.Spec, progre
 		if err := p.waitGone(ctx, &cdiv1.DataVolume{}, name); err != nil {
 			return err
 		}
-		return p.createGolden(ctx, want, size, progress)
+		return p.createGolden(ctx, want, size)
 	}
 	reportProgress(got, spec, progress)
 	p.log.Debug("kubevirt: golden image exists", "datavolume", name, "phase", got.Status.Phase)
 	return nil
 }
 
-func (p *Provider) createGolden(ctx context.Context, dv *cdiv1.DataVolume, size int, progress func(done, total int64)) error {
+func (p *Provider) createGolden(ctx context.Context, dv *cdiv1.DataVolume, size int) error {
 	err := p.c.Create(ctx, dv)
 	if apierrors.IsAlreadyExists(err) {
 		// Another apply made it between our Get and Create.
@@ -274,9 +274,6 @@ func (p *Provider) createGolden(ctx context.Context, dv *cdiv1.DataVolume, size 
 		return p.errf("kubevirt: image: create DataVolume %s (%d GiB from %s): %w", dv.Name, size, safeURL(dv.Spec.Source.HTTP.URL), err)
 	}
 	p.log.Info("kubevirt: importing golden image", "datavolume", dv.Name, "url", safeURL(dv.Spec.Source.HTTP.URL), "sizeGiB", size)
-	if progress != nil {
-		progress(0, 0)
-	}
 	return nil
 }
 

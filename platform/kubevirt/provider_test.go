@@ -638,7 +638,7 @@ func TestPrepareImage(t *testing.T) {
 		wantReplaced bool
 		wantProgress [2]int64
 	}{
-		{"creates", nil, nil, "ab12cd34", false, [2]int64{0, 0}},
+		{"creates", nil, nil, "ab12cd34", false, [2]int64{-1, -1}},
 		{"reuses import in progress", func(ns string) []client.Object {
 			return []client.Object{golden(ns, "ab12cd34", cdiv1.ImportInProgress, "25.00%")}
 		}, nil, "ab12cd34", false, [2]int64{1 << 28, 1 << 30}},
@@ -647,13 +647,13 @@ func TestPrepareImage(t *testing.T) {
 		}, nil, "ab12cd34", false, [2]int64{1 << 30, 1 << 30}},
 		{"replaces other image", func(ns string) []client.Object {
 			return []client.Object{golden(ns, "0ld", cdiv1.Succeeded, "100.0%")}
-		}, nil, "ab12cd34", true, [2]int64{0, 0}},
+		}, nil, "ab12cd34", true, [2]int64{-1, -1}},
 		{"same digest from another mirror is kept", func(ns string) []client.Object {
 			return []client.Object{golden(ns, "ab12cd34", cdiv1.Succeeded, "100.0%")}
 		}, func(s *platform.Spec) { s.Image.URL = "https://mirror.example.org/rhcos.qcow2" }, "ab12cd34", false, [2]int64{1 << 30, 1 << 30}},
 		{"replaces failed import", func(ns string) []client.Object {
 			return []client.Object{golden(ns, "ab12cd34", cdiv1.Failed, "")}
-		}, nil, "ab12cd34", true, [2]int64{0, 0}},
+		}, nil, "ab12cd34", true, [2]int64{-1, -1}},
 		{"reuses PVC left by a collected DataVolume", func(ns string) []client.Object {
 			return []client.Object{testPVC(ns, "ocp4-x7k2p-rhcos", map[string]string{LabelInfraID: testInfraID})}
 		}, nil, "", false, [2]int64{-1, -1}},
