@@ -28,8 +28,9 @@ type Image struct {
 	Path string
 	// Format is the disk format of the file at Path: "qcow2" or "raw".
 	Format string
-	// SHA256 is the hex digest of the file at Path; providers use it to name
-	// and recognise an upload they finished before.
+	// SHA256 is the hex digest of the file at Path (with no Path, of the
+	// file at URL); providers use it to name and recognise an upload or
+	// import they finished before.
 	SHA256 string
 	// Size is the file size in bytes.
 	Size int64

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"appliance/platform/kubevirt"
@@ -136,6 +137,15 @@ provision:
 	}
 	if n := len(ours()); n != 12 {
 		t.Errorf("%d objects after apply, want 6 VMs and 6 Secrets", n)
+	}
+	// The golden image records the digest from appliance.yaml, so a later
+	// run from another mirror recognises it.
+	golden := &cdiv1.DataVolume{}
+	if err := srv.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: kubevirt.GoldenName("kv-x7k2p")}, golden); err != nil {
+		t.Fatal(err)
+	}
+	if got := golden.Annotations[kubevirt.AnnotationImageSHA256]; got != strings.Repeat("ab", 32) {
+		t.Errorf("golden image digest annotation %q", got)
 	}
 
 	out, err = runCmd(t, "provision", "--config", good, "--assets", assets, "status")

@@ -88,7 +88,11 @@ func fetchImage(ctx context.Context, p *cluster.Provision, out io.Writer, log *s
 		if a.URL == "" && a.ContainerDisk == "" {
 			return platform.Image{}, errors.New("provision: the stream names no image KubeVirt can import; set provision.image.url or containerDisk")
 		}
-		return toPlatformImage(a.RemoteImage()), nil
+		img := toPlatformImage(a.RemoteImage())
+		// The digest of the file the cluster imports: it tells a finished
+		// import of the same image (from any mirror) from a stale one.
+		img.SHA256 = a.SHA256
+		return img, nil
 	}
 	f, err := images.NewFetcher(images.Options{CacheDir: i.CacheDir}, log)
 	if err != nil {
