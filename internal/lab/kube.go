@@ -1,12 +1,10 @@
 package lab
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -163,15 +161,4 @@ status:
 	}
 	r.say("client: kubectl create -f %s (through the API VIP) -> %s", filepath.Base(manifest), strings.TrimSpace(out))
 	return nil
-}
-
-// stopKube stops etcd and kube-apiserver (lab.Close would kill them too,
-// but stop.sh also gives them a clean SIGTERM).
-func (r *run) stopKube() {
-	if r.kube == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	_ = exec.CommandContext(ctx, filepath.Join(r.o.Kube.Tools, "stop.sh"), r.kube.state).Run()
 }

@@ -148,7 +148,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	case err != nil:
 		fmt.Fprintf(o.Out, "\nlab failed: %v\nremoving the lab\n", err)
 	}
-	r.stopKube()
+	// Close also ends etcd and kube-apiserver: they run inside a node.
 	if cerr := lab.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("lab: %w", cerr)
 	}

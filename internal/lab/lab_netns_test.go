@@ -34,9 +34,20 @@ func applianceBin(t *testing.T) string {
 func TestLab(t *testing.T) {
 	netlabtest.RequireRoot(t)
 	exe := applianceBin(t)
+	// The day-2 worker joins through the Kubernetes API where `make test`
+	// provides one (KUBEBUILDER_ASSETS) and appliance run watches Nodes,
+	// else through mDNS.
+	kube := KubeOptions{Tools: "../../../shared/tools/kube-apiserver", Assets: os.Getenv("KUBEBUILDER_ASSETS")}
+	if help, err := exec.Command(exe, "run", "--help").Output(); err == nil {
+		kube.RunKubeconfig = strings.Contains(string(help), "--kubeconfig")
+	}
+	wantVia := "mdns"
+	if kube.RunKubeconfig && kube.Assets != "" {
+		wantVia = "kubernetes"
+	}
 	var out bytes.Buffer
 	start := time.Now()
-	res, err := Run(t.Context(), Options{Exe: exe, Out: &out, AdvertInterval: 100 * time.Millisecond, Pace: 0.3})
+	res, err := Run(t.Context(), Options{Exe: exe, Out: &out, AdvertInterval: 100 * time.Millisecond, Pace: 0.3, Kube: kube})
 	t.Logf("lab output (%s):\n%s", time.Since(start).Round(time.Millisecond), out.String())
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +74,9 @@ func TestLab(t *testing.T) {
 	// time out after 2 s.
 	if res.Killed == "" || res.KillOutage > 6*time.Second {
 		t.Errorf("killing %q: outage %s; want it under 6 s", res.Killed, res.KillOutage)
+	}
+	if res.Day2Via != wantVia {
+		t.Errorf("the day-2 worker joined through %q, want %q", res.Day2Via, wantVia)
 	}
 	if res.Day2DNS <= 0 || res.Day2DNS > 10*time.Second {
 		t.Errorf("day-2 worker (%s) answered by DNS after %s (%q); want within 10 s", res.Day2Via, res.Day2DNS, res.Day2Answer)

@@ -196,21 +196,22 @@ type call struct {
 // caller calls GET /version on the API through the VIP from the client,
 // one new connection per call, and records every call.
 type caller struct {
+	epoch time.Time // the lab's start, which error lines count from
 	mu    sync.Mutex
 	calls []call
 	stop  chan struct{}
 	done  chan struct{}
 }
 
-func startCaller(from *netlab.Node, addr string, every, timeout time.Duration) *caller {
-	c := &caller{stop: make(chan struct{}), done: make(chan struct{})}
+func startCaller(from *netlab.Node, addr string, every, timeout time.Duration, epoch time.Time) *caller {
+	c := &caller{stop: make(chan struct{}), done: make(chan struct{}), epoch: epoch}
 	go func() {
 		defer close(c.done)
 		tick := time.NewTicker(every)
 		defer tick.Stop()
 		for {
 			at := time.Now()
-			code, body, connected, err := get(from, addr, "api."+Domain, "/version", true, timeout)
+			code, body, _, err := get(from, addr, "api."+Domain, "/version", true, timeout)
 			cl := call{at: at}
 			var v struct {
 				Node string `json:"node"`
@@ -218,7 +219,10 @@ func startCaller(from *netlab.Node, addr string, every, timeout time.Duration) *
 			switch {
 			case err != nil:
 				cl.err = err.Error()
-				cl.broken = connected && errors.Is(err, syscall.ECONNRESET)
+				// A reset, even during the handshake, means a holder of
+				// the VIP took the connection and the VIP moved before
+				// it ended: the new holder has no state for it.
+				cl.broken = errors.Is(err, syscall.ECONNRESET)
 			case code != http.StatusOK || json.Unmarshal([]byte(body), &v) != nil || v.Node == "":
 				cl.err = fmt.Sprintf("status %d: %s", code, body)
 			default:
@@ -277,7 +281,7 @@ func (c *caller) since(from time.Time) tally {
 		default:
 			t.failed++
 		}
-		t.errs = append(t.errs, cl.at.Format("15:04:05.000")+" "+cl.err)
+		t.errs = append(t.errs, fmt.Sprintf("call at %.3fs: %s", cl.at.Sub(c.epoch).Seconds(), cl.err))
 		if down.IsZero() {
 			down = cl.at
 		}
