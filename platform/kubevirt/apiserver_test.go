@@ -3,6 +3,7 @@ package kubevirt
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,6 +34,12 @@ var kube struct {
 }
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.fuzz"); f != nil && f.Value.String() != "" {
+		// A fuzzing run (make fuzz) needs no server.
+		kube.skip = "fuzzing"
+		os.Exit(m.Run())
+	}
 	t0 := time.Now()
 	srv, skip, err := kubevirttest.Start(true)
 	if err != nil {
