@@ -150,24 +150,31 @@ type haproxyProc struct {
 	pid         int
 }
 
-// startHAProxy runs haproxy with OpenShift's on-prem LB settings. With
-// checks, servers are probed like OpenShift's: GET /readyz over TLS
-// without verification, inter 1s fall 2 rise 3.
-func startHAProxy(t *testing.T, dir, name string, backends []string, checks bool) *haproxyProc {
-	t.Helper()
-	port := freePort(t, "127.0.0.1")
-	stats := filepath.Join(dir, name+".sock")
+// openShiftHAProxyConfig is haproxy.cfg with OpenShift's on-prem LB
+// settings (its global and defaults, mode tcp, balance roundrobin): bind
+// is the frontend's address, backups are servers used only while every
+// backend is down (the bootstrap node). With checks, servers are probed
+// like OpenShift's: GET /readyz over TLS without verification, inter 1s
+// fall 2 rise 3. cmd/appliance's benchmarks get it through
+// TestBenchHAProxyConfig.
+func openShiftHAProxyConfig(bind, stats string, backends, backups []string, checks bool) string {
 	var srv strings.Builder
-	for i, b := range backends {
+	server := func(i int, b, extra string) {
 		fmt.Fprintf(&srv, "  server b%d %s weight 1", i, b)
 		if checks {
 			srv.WriteString(" verify none check check-ssl inter 1s fall 2 rise 3")
 		}
-		srv.WriteString("\n")
+		srv.WriteString(extra + "\n")
+	}
+	for i, b := range backends {
+		server(i, b, "")
+	}
+	for i, b := range backups {
+		server(len(backends)+i, b, " backup")
 	}
 	// OpenShift sets maxconn 20000; this machine's hard fd limit (20000)
 	// cannot hold 2 fds per connection for that many, so both use 9000.
-	cfg := fmt.Sprintf(`global
+	return fmt.Sprintf(`global
   maxconn 9000
   stats socket %s mode 600 level admin
 defaults
@@ -182,12 +189,45 @@ defaults
   timeout server       86400s
   timeout tunnel       86400s
 frontend main
-  bind 127.0.0.1:%d
+  bind %s
   default_backend masters
 backend masters
   option  httpchk GET /readyz HTTP/1.0
   balance roundrobin
-%s`, stats, port, srv.String())
+%s`, stats, bind, srv.String())
+}
+
+// TestBenchHAProxyConfig writes openShiftHAProxyConfig to
+// LB_BENCH_CFG_OUT for another package's benchmark (cmd/appliance runs
+// haproxy on lab nodes with it); without that variable it skips.
+// LB_BENCH_BIND, LB_BENCH_STATS, LB_BENCH_ADDRS and LB_BENCH_BACKUPS
+// (comma-separated) fill it in; checks are on.
+func TestBenchHAProxyConfig(t *testing.T) {
+	out := os.Getenv("LB_BENCH_CFG_OUT")
+	if out == "" {
+		t.Skip("helper for cmd/appliance's benchmarks only")
+	}
+	list := func(v string) []string {
+		if v == "" {
+			return nil
+		}
+		return strings.Split(v, ",")
+	}
+	cfg := openShiftHAProxyConfig(os.Getenv("LB_BENCH_BIND"), os.Getenv("LB_BENCH_STATS"),
+		list(os.Getenv("LB_BENCH_ADDRS")), list(os.Getenv("LB_BENCH_BACKUPS")), true)
+	if err := os.WriteFile(out, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startHAProxy runs haproxy with OpenShift's on-prem LB settings. With
+// checks, servers are probed like OpenShift's: GET /readyz over TLS
+// without verification, inter 1s fall 2 rise 3.
+func startHAProxy(t *testing.T, dir, name string, backends []string, checks bool) *haproxyProc {
+	t.Helper()
+	port := freePort(t, "127.0.0.1")
+	stats := filepath.Join(dir, name+".sock")
+	cfg := openShiftHAProxyConfig(fmt.Sprintf("127.0.0.1:%d", port), stats, backends, nil, checks)
 	path := filepath.Join(dir, name+".cfg")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
