@@ -49,9 +49,12 @@ func (r *run) kubeMissing() string {
 	case k.Tools == "" || !isFile(filepath.Join(k.Tools, "start.sh")):
 		return fmt.Sprintf("no kube-apiserver scripts in %q", k.Tools)
 	}
+	if k.Assets == "" {
+		return fmt.Sprintf("no kube-apiserver binaries given (make run passes those %s/build.sh builds)", k.Tools)
+	}
 	for _, b := range []string{"kube-apiserver", "etcd", "kubectl"} {
-		if k.Assets == "" || !isFile(filepath.Join(k.Assets, b)) {
-			return fmt.Sprintf("no %s built (%s/build.sh builds it, ~6 min the first time)", b, k.Tools)
+		if !isFile(filepath.Join(k.Assets, b)) {
+			return fmt.Sprintf("no %s in %s", b, k.Assets)
 		}
 	}
 	return ""

@@ -359,7 +359,7 @@ func (r *run) day2Section() error {
 			"answers its name as soon as the Node appears.")
 	} else {
 		lines = append(lines, "It joins through mDNS: its own `appliance run --role worker` publishes it and the masters'",
-			"DNS answers its name (the lab shows this instead of the Kubernetes API: "+k+").")
+			"DNS answers its name. Not through the Kubernetes API here: "+k+".")
 	}
 	r.header("6. A worker joins on day 2", lines...)
 	n, err := r.lab.AddNode(r.ctx)
@@ -371,7 +371,7 @@ func (r *run) day2Section() error {
 	r.say("worker-2: new namespace %s, %s", n.Name, n.IPv4.Addr())
 	var dnsSrv *netlab.Node
 	for _, m := range r.masters {
-		if m.Name != "" && r.names[m] != r.res.Killed {
+		if r.names[m] != r.res.Killed {
 			dnsSrv = m
 			break
 		}
@@ -422,6 +422,11 @@ func (r *run) day2Section() error {
 		return fmt.Errorf("lab: %s's DNS does not answer %s 30 s after it joined", r.names[dnsSrv], name)
 	}
 	r.say("%s's members: worker-2 from %s", r.names[dnsSrv], memberSource(dnsSrv, "worker-2"))
+	for _, m := range append(append([]*netlab.Node(nil), r.masters...), r.workers[0]) {
+		if m != dnsSrv && r.names[m] != r.res.Killed {
+			r.say("client: DNS %s? at %s (%s) -> %s", name, r.names[m], m.IPv4.Addr(), addrsString(lookup(r.client, m.IPv4.Addr(), name)))
+		}
+	}
 	if k == "" {
 		// The node itself comes up after its Node object: its appliance
 		// reads the same API.
