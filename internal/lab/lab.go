@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -146,7 +147,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		fmt.Fprintln(o.Out, "\ninterrupted: removing the lab (namespaces, processes, files)")
 		err = nil
 	case err != nil:
-		fmt.Fprintf(o.Out, "\nlab failed: %v\nremoving the lab\n", err)
+		fmt.Fprintf(o.Out, "\nlab failed: %v\n", err)
+		r.tails(10)
+		fmt.Fprintln(o.Out, "removing the lab")
 	}
 	// Close also ends etcd and kube-apiserver: they run inside a node.
 	if cerr := lab.Close(); cerr != nil && err == nil {
@@ -208,6 +211,25 @@ func (r *run) until(max time.Duration, cond func() bool) (bool, error) {
 		}
 		if err := r.sleep(50 * time.Millisecond); err != nil {
 			return false, err
+		}
+	}
+}
+
+// tails prints the last n lines of every appliance's log, before Close
+// removes them.
+func (r *run) tails(n int) {
+	keys := make([]string, 0, len(r.procs))
+	for k := range r.procs {
+		if strings.HasPrefix(k, "run/") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		lines := strings.Split(strings.TrimRight(r.procs[k].Output(), "\n"), "\n")
+		fmt.Fprintf(r.o.Out, "\n--- %s, last lines of its log:\n", k)
+		for _, l := range lines[max(0, len(lines)-n):] {
+			fmt.Fprintf(r.o.Out, "    %s\n", l)
 		}
 	}
 }

@@ -58,13 +58,25 @@ func (r *run) setup() error {
 		}
 	}
 	for _, n := range r.cluster() {
-		ok, err := r.until(30*time.Second, func() bool { return healthy(n) })
+		p := r.procs["run/"+r.names[n]]
+		ok, err := r.until(30*time.Second, func() bool {
+			select {
+			case <-p.Done():
+				return true
+			default:
+			}
+			return healthy(n)
+		})
 		if err != nil {
 			return err
 		}
+		select {
+		case <-p.Done():
+			return fmt.Errorf("lab: appliance run on %s (%s) exited: %v", r.names[n], n.Name, p.Wait())
+		default:
+		}
 		if !ok {
-			return fmt.Errorf("lab: appliance run on %s (%s) does not answer /healthz after 30 s; logs in %s",
-				r.names[n], n.Name, r.lab.Dir())
+			return fmt.Errorf("lab: appliance run on %s (%s) does not answer /healthz after 30 s", r.names[n], n.Name)
 		}
 		r.say("%-9s %-15s appliance run: %s", r.names[n], n.IPv4.Addr(), r.plan(n))
 	}
