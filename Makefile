@@ -8,19 +8,29 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 TEST_DEBS  := keepalived bind9 bind9-utils iproute2 nftables tcpdump tshark stress-ng iputils-ping iputils-arping procps psmisc \
               bind9-dnsutils knot-dnsutils dnsperf avahi-daemon avahi-utils isc-dhcp-client udhcpc \
               kea-admin dnsmasq haproxy wrk iperf3 curl dbus \
-              libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils
+              libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils skopeo
 # command each package provides, to see whether it is installed without asking dpkg per package
 TEST_CMDS  := keepalived named named-checkconf ip nft tcpdump tshark stress-ng ping arping ps killall \
               dig kdig dnsperf avahi-daemon avahi-browse dhclient udhcpc perfdhcp dnsmasq haproxy wrk iperf3 curl dbus-daemon \
-              libvirtd virsh qemu-system-x86_64 qemu-img
+              libvirtd virsh qemu-system-x86_64 qemu-img skopeo
 FUZZTIME   ?= 5s
 
-.PHONY: all build test test-deps unit netns fuzz lint run bench clean
+.PHONY: all build image test test-deps unit netns fuzz lint run bench clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/appliance
+
+# The node image: an OCI archive (scratch + /appliance), built without a container daemon by
+# cmd/imagebuild, dated at the commit so the same commit gives the same digest. It prints the
+# reference by digest (IMAGE_REPO@sha256:...) that `appliance ignition --image` takes; `skopeo copy
+# oci-archive:$(IMAGE) docker://REGISTRY/appliance` copies the manifest as it is, so the digest holds there.
+IMAGE      := bin/appliance-image.tar
+IMAGE_REPO ?= localhost/appliance
+image: build
+	$(GO) run ./cmd/imagebuild -binary $(BIN) -out $(IMAGE) -repo $(IMAGE_REPO) -version $(VERSION) \
+		-revision "$$(git rev-parse HEAD 2>/dev/null)" -source-date-epoch "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
 
 # Installs the Debian test dependencies only when one is missing.
 test-deps:
