@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"appliance/bootstrap"
+)
+
+func init() { serviceCmds = append(serviceCmds, newManifestsCmd) }
+
+func newManifestsCmd(g *globalFlags) *cobra.Command {
+	var config, dir, image string
+	cmd := &cobra.Command{
+		Use:   "manifests",
+		Short: "Write MachineConfigs that keep the appliance on masters and workers",
+		Long: `Write the MachineConfig manifests DIR/openshift/99-appliance-master.yaml and
+99-appliance-worker.yaml, carrying the same files as 'appliance ignition', so the
+Machine Config Operator keeps them on every node through day-2 changes and
+upgrades:
+
+  openshift-install create manifests --dir DIR
+  appliance manifests --config appliance.yaml --dir DIR --image REGISTRY/appliance@sha256:...
+  openshift-install create ignition-configs --dir DIR`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, cfg, err := g.serviceStart("manifests", config)
+			if err != nil {
+				return err
+			}
+			if dir == "" {
+				return fmt.Errorf("manifests: give --dir DIR, the installer's asset folder")
+			}
+			if err := bootstrap.CheckImage(image); err != nil {
+				return fmt.Errorf("manifests: %w", err)
+			}
+			written, err := bootstrap.WriteManifests(dir, cfg, bootstrapOptions(cfg, image))
+			for _, p := range written {
+				fmt.Fprintln(cmd.OutOrStdout(), p)
+			}
+			return err
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
+	fl.StringVar(&dir, "dir", "", "the installer's asset folder (manifests go to DIR/openshift/)")
+	fl.StringVar(&image, "image", "", "the appliance image the nodes run, by digest (registry/appliance@sha256:...)")
+	return cmd
+}
