@@ -24,17 +24,62 @@ type keepalivedConf struct {
 	Interval string // keepalived syntax: "1", "0.1"
 	AuthPass string // v2 PASS; empty: none
 	VIP      string // with prefix length
+	// Track lists the vrrp_script checks the instance tracks (OpenShift's
+	// chk_ocp and friends); Also, further instances in the same file.
+	Track []keepalivedScript
+	Also  []keepalivedConf
+}
+
+// keepalivedScript is one vrrp_script block.
+type keepalivedScript struct {
+	Name, Script                 string
+	Interval, Weight, Rise, Fall int // 0: keepalived's default (rise, fall)
 }
 
 func (k keepalivedConf) render(router string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "global_defs {\n  router_id %s\n  vrrp_version %d\n  vrrp_garp_master_delay 0\n}\n", router, k.Version)
-	fmt.Fprintf(&b, "vrrp_instance VI_%d {\n  state BACKUP\n  interface eth0\n  virtual_router_id %d\n  priority %d\n  advert_int %s\n",
-		k.VRID, k.VRID, k.Priority, k.Interval)
-	if k.AuthPass != "" {
-		fmt.Fprintf(&b, "  authentication {\n    auth_type PASS\n    auth_pass %s\n  }\n", k.AuthPass)
+	all := append([]keepalivedConf{k}, k.Also...)
+	var scripts []keepalivedScript
+	seen := map[string]bool{}
+	for _, in := range all {
+		for _, s := range in.Track {
+			if !seen[s.Name] {
+				seen[s.Name] = true
+				scripts = append(scripts, s)
+			}
+		}
 	}
-	fmt.Fprintf(&b, "  virtual_ipaddress {\n    %s\n  }\n}\n", k.VIP)
+	fmt.Fprintf(&b, "global_defs {\n  router_id %s\n  vrrp_version %d\n  vrrp_garp_master_delay 0\n", router, k.Version)
+	if len(scripts) > 0 {
+		b.WriteString("  enable_script_security\n  script_user root\n")
+	}
+	b.WriteString("}\n")
+	for _, s := range scripts {
+		fmt.Fprintf(&b, "vrrp_script %s {\n  script \"%s\"\n  interval %d\n  weight %d\n", s.Name, s.Script, s.Interval, s.Weight)
+		if s.Rise > 0 {
+			fmt.Fprintf(&b, "  rise %d\n", s.Rise)
+		}
+		if s.Fall > 0 {
+			fmt.Fprintf(&b, "  fall %d\n", s.Fall)
+		}
+		b.WriteString("}\n")
+	}
+	for _, in := range all {
+		fmt.Fprintf(&b, "vrrp_instance VI_%d {\n  state BACKUP\n  interface eth0\n  virtual_router_id %d\n  priority %d\n  advert_int %s\n",
+			in.VRID, in.VRID, in.Priority, in.Interval)
+		if in.AuthPass != "" {
+			fmt.Fprintf(&b, "  authentication {\n    auth_type PASS\n    auth_pass %s\n  }\n", in.AuthPass)
+		}
+		fmt.Fprintf(&b, "  virtual_ipaddress {\n    %s\n  }\n", in.VIP)
+		if len(in.Track) > 0 {
+			b.WriteString("  track_script {\n")
+			for _, s := range in.Track {
+				fmt.Fprintf(&b, "    %s\n", s.Name)
+			}
+			b.WriteString("  }\n")
+		}
+		b.WriteString("}\n")
+	}
 	return b.String()
 }
 
