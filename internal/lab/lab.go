@@ -144,13 +144,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	switch {
 	case ctx.Err() != nil:
-		fmt.Fprintln(o.Out, "\ninterrupted: removing the lab (namespaces, processes, files)")
+		fmt.Fprintln(o.Out, "\ninterrupted")
 		err = nil
 	case err != nil:
 		fmt.Fprintf(o.Out, "\nlab failed: %v\n", err)
 		r.tails(10)
-		fmt.Fprintln(o.Out, "removing the lab")
 	}
+	fmt.Fprintln(o.Out, "removing the lab (namespaces, processes, files)")
 	// Close also ends etcd and kube-apiserver: they run inside a node.
 	if cerr := lab.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("lab: %w", cerr)

@@ -492,5 +492,5 @@ func (r *run) summary() {
 		joined = "its Node object was created"
 	}
 	line("day-2 worker answered by DNS", "%s after %s", res.Day2DNS.Round(time.Millisecond), joined)
-	fmt.Fprintf(r.o.Out, "\ndone in %s: removing the lab (namespaces, processes, files)\n", time.Since(r.start).Round(100*time.Millisecond))
+	fmt.Fprintf(r.o.Out, "\ndone in %s\n", time.Since(r.start).Round(100*time.Millisecond))
 }
