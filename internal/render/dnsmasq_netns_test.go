@@ -138,20 +138,25 @@ func exchangeIn(t *testing.T, n *netlab.Node, addr string, q dns.Question) *dns.
 	m.RecursionDesired = true
 	c := &dns.Client{Timeout: 3 * time.Second}
 	var err error
-	for range 3 {
+	// A server just started (dnsmasq reads its config and binds a moment
+	// later, longer on a loaded machine) refuses at first: try until the
+	// deadline, not a fixed number of times.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var conn *dns.Conn
 		if err = n.Do(func() error {
 			var err error
 			conn, err = c.Dial(addr)
 			return err
-		}); err != nil {
-			continue
+		}); err == nil {
+			var r *dns.Msg
+			r, _, err = c.ExchangeWithConn(m, conn)
+			conn.Close()
+			if err == nil {
+				return r
+			}
 		}
-		var r *dns.Msg
-		r, _, err = c.ExchangeWithConn(m, conn)
-		conn.Close()
-		if err == nil {
-			return r
+		if time.Now().After(deadline) {
+			break
 		}
 	}
 	t.Fatalf("%s %s to %s in %s: %v", q.Name, dns.TypeToString[q.Qtype], addr, n.Name, err)
