@@ -23,6 +23,7 @@ import (
 	v36 "github.com/coreos/ignition/v2/config/v3_6"
 	t36 "github.com/coreos/ignition/v2/config/v3_6/types"
 	"github.com/coreos/vcontext/report"
+	"github.com/coreos/vcontext/tree"
 )
 
 // Versions are the Ignition spec versions Merge reads and writes, each in
@@ -35,6 +36,9 @@ type IgnitionError struct {
 	File    string
 	Err     error          // the module's error (not a config, invalid, unsupported version)
 	Entries []report.Entry // the validator's findings, with their paths
+	// Config is the document the entries' paths are in (the input, or the
+	// merged output when that is what the module refused).
+	Config []byte
 }
 
 func (e *IgnitionError) Error() string {
@@ -45,22 +49,26 @@ func (e *IgnitionError) Error() string {
 			continue
 		}
 		b.WriteString("\n  ")
-		b.WriteString(entryString(en))
+		b.WriteString(entryString(en, e.Config))
 	}
 	return b.String()
 }
 
 func (e *IgnitionError) Unwrap() error { return e.Err }
 
-// entryString is "$.storage.files.3.path: message (line 1 col 80)".
-func entryString(en report.Entry) string {
-	at := "$"
-	if en.Context.Len() > 0 {
-		at = en.Context.String()
+// entryString is `$.storage.files.3.mode (path "/etc/x"): message (line 1
+// col 80)`: the JSON path, the entry it is in, the module's message.
+func entryString(en report.Entry, raw []byte) string {
+	at := en.Context.String()
+	if en.Context.Len() == 0 && en.Marker.StartP != nil {
+		// Decoding errors carry an offset only.
+		at = pathAtOffset(raw, en.Marker.StartP.Index)
+	} else if what := describeAt(raw, en.Context); what != "" {
+		at += " (" + what + ")"
 	}
 	s := at + ": " + en.Message
-	if en.Marker.StartP != nil {
-		s += " (" + en.Marker.String() + ")"
+	if p := en.Marker.StartP; p != nil && p.Line > 0 {
+		s += fmt.Sprintf(" (line %d col %d)", p.Line, p.Column)
 	}
 	return s
 }
@@ -79,9 +87,12 @@ type Merged struct {
 // kept as the module parsed it. The result is checked by parsing it again.
 // name is the file's name, for errors.
 func Merge(name string, raw []byte, files []File) (*Merged, error) {
+	if err := syntaxError(raw); len(raw) > 0 && err != nil {
+		return nil, &IgnitionError{File: name, Err: err}
+	}
 	ver, rpt, err := util.GetConfigVersion(raw)
 	if err != nil {
-		return nil, &IgnitionError{File: name, Err: err, Entries: rpt.Entries}
+		return nil, &IgnitionError{File: name, Err: err, Entries: rpt.Entries, Config: raw}
 	}
 	var m func([]byte, []File) ([]byte, report.Report, error)
 	switch {
@@ -106,12 +117,22 @@ func Merge(name string, raw []byte, files []File) (*Merged, error) {
 	}
 	out, rpt, err := m(raw, files)
 	if err != nil {
-		return nil, &IgnitionError{File: name, Err: err, Entries: rpt.Entries}
+		doc, entries := raw, rpt.Entries
+		if errors.Is(err, errReparse) {
+			// Lines and columns would point into a document the user
+			// never sees; the paths and the entries' own paths remain.
+			doc, entries = out, nil
+			for _, en := range rpt.Entries {
+				en.Marker = tree.Marker{}
+				entries = append(entries, en)
+			}
+		}
+		return nil, &IgnitionError{File: name, Err: err, Entries: entries, Config: doc}
 	}
 	res := &Merged{Config: out, Version: ver.String()}
 	for _, en := range rpt.Entries {
 		if !en.Kind.IsFatal() {
-			w := name + ": " + entryString(en)
+			w := name + ": " + entryString(en, raw)
 			if strings.HasPrefix(en.Message, "unused key") {
 				w += " (Ignition ignores it; the edited file leaves it out)"
 			}
@@ -134,7 +155,7 @@ type codec[C, F any] struct {
 
 // errReparse marks an output the module refused: a conflict between our
 // files and the config's (e.g. a directory at one of our paths).
-var errReparse = errors.New("the config with the appliance's files added is not valid")
+var errReparse = errors.New("the appliance's files clash with an entry of this config at the same path (paths below are in the merged config; remove or move the config's own entry)")
 
 func (c codec[C, F]) merge(raw []byte, files []File) ([]byte, report.Report, error) {
 	cfg, rpt, err := c.parse(raw)
@@ -157,7 +178,7 @@ func (c codec[C, F]) merge(raw []byte, files []File) ([]byte, report.Report, err
 		return nil, rpt, err
 	}
 	if _, r2, err := c.parse(out); err != nil {
-		return nil, r2, fmt.Errorf("%w: %v", errReparse, err)
+		return out, r2, errReparse
 	}
 	return out, rpt, nil
 }

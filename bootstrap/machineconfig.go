@@ -68,7 +68,7 @@ func MachineConfigFor(role cluster.Role, files []File) (*MachineConfig, error) {
 		return nil, fmt.Errorf("machineconfig %s: %w", role, err)
 	}
 	if _, rpt, err := v32.Parse(raw); err != nil {
-		return nil, &IgnitionError{File: MachineConfigFile(role), Err: err, Entries: rpt.Entries}
+		return nil, &IgnitionError{File: MachineConfigFile(role), Err: err, Entries: rpt.Entries, Config: raw}
 	}
 	return &MachineConfig{
 		APIVersion: "machineconfiguration.openshift.io/v1",
