@@ -1,0 +1,54 @@
+//go:build bench
+
+package dnsserver
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"testing"
+
+	"appliance/internal/cluster"
+)
+
+// TestBenchDNSProfile serves the bench's query mix in process under dnsperf
+// and reports where the CPU goes and the allocations per query. Run the test
+// binary pinned (taskset -c 1) with BENCH_DNS_PROFILE=cpu.out to keep the
+// profile; dnsperf runs on CPU 0 as in TestBenchDNS.
+func TestBenchDNSProfile(t *testing.T) {
+	cfg := testConfig()
+	cfg.Nodes = nil
+	cfg.Network.UpstreamDNS = []netip.AddrPort{startUpstream(t, "192.0.2.53").addr}
+	for name, ip := range benchNodes {
+		cfg.Nodes = append(cfg.Nodes, cluster.Node{Name: name, Role: cluster.RoleMaster, IPs: []netip.Addr{netip.MustParseAddr(ip)}})
+	}
+	_, addr := startServer(t, cfg, cluster.NewState(cfg), Options{})
+	_, portS, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(portS)
+	qfile := filepath.Join(t.TempDir(), "queries")
+	writeFile(t, qfile, benchQueries())
+	runDNSPerf(t, port, qfile, 1, 0, false)
+
+	if out := os.Getenv("BENCH_DNS_PROFILE"); out != "" {
+		f, err := os.Create(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	qps, _, _, _ := runDNSPerf(t, port, qfile, benchSecs, 0, false)
+	runtime.ReadMemStats(&after)
+	n := qps * benchSecs
+	t.Logf("%.0f qps; %.1f allocations, %.0f bytes allocated per query; %d GCs", qps,
+		float64(after.Mallocs-before.Mallocs)/n, float64(after.TotalAlloc-before.TotalAlloc)/n, after.NumGC-before.NumGC)
+}
