@@ -220,3 +220,48 @@ func TestRunBootstrapHandover(t *testing.T) {
 		t.Errorf("the bootstrap's apiserver answered %d calls while masters were healthy", by["bootstrap"])
 	}
 }
+
+// kill -9 of `appliance run` on the VIP holder, then a restart: the stale VIP
+// and nftables table the killed process left are cleaned up, exactly one
+// node holds the VIP again, and the API answers through it.
+func TestRunKill9AndRestart(t *testing.T) {
+	lab := netlabtest.New(t, netlab.Options{Nodes: 4, Name: "runk9"})
+	rc := startRunCluster(t, lab, 2)
+	client := lab.Nodes[3]
+	cp := lab.Nodes[:3]
+	holder := waitOneHolder(t, cp, labVIP, 30*time.Second, 2*time.Second)
+	name := rc.names[holder]
+
+	if err := rc.procs[name].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Nobody removed the killed node's VIP; another node takes over beside
+	// that stale copy.
+	start := time.Now()
+	for {
+		h := holders(t, cp, labVIP)
+		if len(h) >= 1 && (len(h) > 1 || h[0] != holder) {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("nobody took over after kill -9 of %s; holders %v", name, h)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("a peer took over %s after kill -9", time.Since(start).Round(time.Millisecond))
+
+	rc.procs[name+"-restart"] = startApplianceQuiet(t, lab.Nodes[holder], "run", "--config", rc.cfg, "--node", name)
+	after := waitOneHolder(t, cp, labVIP, 30*time.Second, 2*time.Second)
+	t.Logf("after the restart %s alone holds the VIP", rc.names[after])
+	// The restarted node's redirect is its own again: one table, rules
+	// present while its LB serves (the backends are up).
+	out := runIn(t, lab.Nodes[holder], "nft", "list", "tables")
+	if strings.Count(out, "appliance_lb") != 1 {
+		t.Errorf("nftables tables on the restarted node:\n%s", out)
+	}
+	for i := range 20 {
+		if _, _, err := callAPI(client, labVIP.String()+":6443"); err != nil {
+			t.Fatalf("call %d through the VIP after the restart: %v", i, err)
+		}
+	}
+}
