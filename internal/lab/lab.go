@@ -76,6 +76,9 @@ type Result struct {
 	Day2Via    string
 	Day2DNS    time.Duration
 	Day2Answer string
+	// Day2WorkerDNS is when worker-0's DNS answered, when it did not at
+	// once.
+	Day2WorkerDNS time.Duration
 }
 
 // run is one run of the lab.

@@ -77,7 +77,7 @@ func ServeAPIServer(ctx context.Context, o APIServerOptions) error {
 		p.FlushInterval = -1 // watches stream
 		mux.Handle("/", p)
 	}
-	return serve(ctx, "lab apiserver", o.Name, mux, tlsListener(o.Listen))
+	return serve(ctx, "lab apiserver", o.Name, mux, o.Listen, true)
 }
 
 // ServeMCS is the lab's stand-in Machine Config Server until ctx ends:
@@ -98,7 +98,7 @@ func ServeMCS(ctx context.Context, listen, name string) error {
 			}}},
 		})
 	})
-	return serve(ctx, "lab mcs", name, mux, tlsListener(listen))
+	return serve(ctx, "lab mcs", name, mux, listen, true)
 }
 
 // RouterOptions configure the stand-in ingress router.
@@ -123,35 +123,16 @@ func ServeRouter(ctx context.Context, o RouterOptions) error {
 		fmt.Fprintf(w, "{\"router\":%q,\"host\":%q}\n", o.Name, r.Host)
 	})
 	eg, ctx := errgroup.WithContext(ctx)
-	eg.Go(func() error { return serve(ctx, "lab router", o.Name, stats, plainListener(o.Stats)) })
-	eg.Go(func() error { return serve(ctx, "lab router", o.Name, apps, plainListener(o.HTTP)) })
-	eg.Go(func() error { return serve(ctx, "lab router", o.Name, apps, tlsListener(o.HTTPS)) })
+	eg.Go(func() error { return serve(ctx, "lab router", o.Name, stats, o.Stats, false) })
+	eg.Go(func() error { return serve(ctx, "lab router", o.Name, apps, o.HTTP, false) })
+	eg.Go(func() error { return serve(ctx, "lab router", o.Name, apps, o.HTTPS, true) })
 	return eg.Wait()
 }
 
-type listener func(name string) (net.Listener, error)
-
-func plainListener(addr string) listener {
-	return func(string) (net.Listener, error) { return net.Listen("tcp", addr) }
-}
-
-func tlsListener(addr string) listener {
-	return func(name string) (net.Listener, error) {
-		cert, err := selfSignedCert(name)
-		if err != nil {
-			return nil, err
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, err
-		}
-		return tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}}), nil
-	}
-}
-
-// serve runs h on the listener until ctx ends.
-func serve(ctx context.Context, what, name string, h http.Handler, listen listener) error {
-	ln, err := listen(name)
+// serve runs h on addr until ctx ends; secure serves HTTPS (HTTP/2 too,
+// as an apiserver does) with a throw-away certificate.
+func serve(ctx context.Context, what, name string, h http.Handler, addr string, secure bool) error {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
@@ -162,8 +143,22 @@ func serve(ctx context.Context, what, name string, h http.Handler, listen listen
 		// the log with handshake errors.
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
+	if secure {
+		cert, err := selfSignedCert(name)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() {
+		if secure {
+			errc <- srv.ServeTLS(ln, "", "")
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
 	select {
 	case err := <-errc:
 		if errors.Is(err, http.ErrServerClosed) {
