@@ -27,6 +27,7 @@ type metrics struct {
 	upstreams      prometheus.Gauge
 	changes        prometheus.Counter
 	refusedClients prometheus.Counter
+	fastAnswers    prometheus.Counter
 	members        prometheus.Gauge
 	mdnsSent       prometheus.Counter
 
@@ -67,6 +68,10 @@ func newMetrics() *metrics {
 		refusedClients: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appliance_dns_refused_total",
 			Help: "Queries refused because the client is not on loopback, in a machine network or in dns.allowFrom.",
+		}),
+		fastAnswers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_fast_answers_total",
+			Help: "Queries answered by the fast path (cluster names over UDP, before the plugin chain); also counted in the request, response and cluster query metrics.",
 		}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appliance_dns_mdns_members",
@@ -137,7 +142,7 @@ func (m *metrics) response(rcode int) prometheus.Counter {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.members, m.mdnsSent,
+	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.fastAnswers, m.members, m.mdnsSent,
 		m.mdnsRefused, m.mdnsSocketErrors, m.mdnsRebinds, m.mdnsMalformed}
 }
 

@@ -91,9 +91,16 @@ func setupCluster(c *caddy.Controller) error {
 	if srv == nil {
 		return plugin.Error("cluster", c.ArgErr())
 	}
-	coredns.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+	cfg := coredns.GetConfig(c)
+	cfg.AddPlugin(func(next plugin.Handler) plugin.Handler {
 		return &handler{next: next, srv: srv}
 	})
+	// CoreDNS calls this as it starts serving UDP: the fast path takes the
+	// server from here to hand it what it does not answer. No decorator.
+	cfg.UDPDecorateWriterFunc = func(cs *coredns.Server) dns.DecorateWriter {
+		srv.core.Store(cs)
+		return nil
+	}
 	return nil
 }
 

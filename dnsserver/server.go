@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+	coredns "github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin/forward"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,6 +57,9 @@ type Options struct {
 	LocalAddrs func() ([]netip.Addr, error)
 	// MDNS configures multicast DNS discovery; off unless Enabled.
 	MDNS MDNSOptions
+	// NoFastPath leaves every UDP query to the plugin chain (the fast path
+	// answers cluster names before it otherwise); for comparing the two.
+	NoFastPath bool
 }
 
 func (o *Options) defaults() {
@@ -100,11 +104,16 @@ type Server struct {
 
 	mdns *MDNS // nil unless enabled
 
+	// core is CoreDNS's server for this instance, caught when it starts
+	// serving UDP; the fast path passes it what it does not answer.
+	core atomic.Pointer[coredns.Server]
+
 	mu        sync.Mutex
 	started   bool
 	inst      *caddy.Instance
 	upstreams []netip.AddrPort
 	udp, tcp  net.Addr
+	fast      *fastListener // nil with NoFastPath
 	// retired are replaced forwarders still serving queries in flight, each
 	// with the timer that shuts it down; stop shuts them down at once, so
 	// no health-check goroutine outlives the server.
@@ -259,9 +268,9 @@ func (s *Server) currentUpstreams() ([]netip.AddrPort, error) {
 	return selectUpstreams(parseResolvConf(data), own, s.opts.ResolvConf)
 }
 
-func (s *Server) corefile() (caddy.Input, error) {
+func (s *Server) corefile(listen string) (caddy.Input, error) {
 	text, err := Corefile(CorefileParams{
-		Listen: s.opts.Listen, Zone: s.cfg.Cluster.Domain(), Instance: s.id,
+		Listen: listen, Zone: s.cfg.Cluster.Domain(), Instance: s.id,
 		CacheTTL: s.opts.CacheTTL, BufSize: ednsBufSize, QueryLog: s.opts.QueryLog,
 	})
 	if err != nil {
@@ -271,17 +280,41 @@ func (s *Server) corefile() (caddy.Input, error) {
 }
 
 func (s *Server) start(ups []netip.AddrPort) error {
-	in, err := s.corefile()
+	listen := s.opts.Listen
+	var fast *fastListener
+	if !s.opts.NoFastPath {
+		// Bound before CoreDNS's socket, so the fast path's sockets come
+		// first in the port's reuseport group (see steer).
+		var err error
+		if fast, listen, err = listenFast(s, listen); err != nil {
+			return err
+		}
+	}
+	in, err := s.corefile(listen)
 	if err != nil {
+		if fast != nil {
+			fast.close()
+		}
 		return err
 	}
 	s.swapUpstreams(ups)
 	inst, err := caddy.Start(in)
 	if err != nil {
-		return fmt.Errorf("dns: start on %s: %w", s.opts.Listen, err)
+		if fast != nil {
+			fast.close()
+		}
+		return fmt.Errorf("dns: start on %s: %w", listen, err)
+	}
+	if fast != nil {
+		if err := s.serveFast(fast); err != nil {
+			fast.close()
+			_ = errors.Join(append(inst.ShutdownCallbacks(), inst.Stop())...)
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.inst = inst
+	s.fast = fast
 	for _, sl := range inst.Servers() {
 		if a := sl.LocalAddr(); a != nil {
 			s.udp = a
@@ -291,7 +324,7 @@ func (s *Server) start(ups []netip.AddrPort) error {
 		}
 	}
 	s.mu.Unlock()
-	s.log.Info("serving", "listen", s.opts.Listen, "zone", s.zone.zone, "upstreams", ups)
+	s.log.Info("serving", "listen", listen, "fastPath", fast != nil, "zone", s.zone.zone, "upstreams", ups)
 	return nil
 }
 
@@ -340,10 +373,24 @@ func (s *Server) swapUpstreams(ups []netip.AddrPort) {
 	}
 }
 
+// serveFast starts the fast path once CoreDNS serves UDP (caddy starts it
+// in a goroutine), as it needs CoreDNS's server for what it passes on.
+func (s *Server) serveFast(fast *fastListener) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for s.core.Load() == nil {
+		if time.Now().After(deadline) {
+			return errors.New("dns: CoreDNS did not start serving UDP")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return fast.serve(s.core.Load())
+}
+
 func (s *Server) stop() {
 	s.mu.Lock()
 	inst := s.inst
-	s.inst, s.udp, s.tcp = nil, nil, nil
+	fast := s.fast
+	s.inst, s.udp, s.tcp, s.fast = nil, nil, nil, nil
 	retired := s.retired
 	s.retired = nil
 	s.mu.Unlock()
@@ -351,6 +398,9 @@ func (s *Server) stop() {
 		if t.Stop() {
 			_ = f.OnShutdown()
 		}
+	}
+	if fast != nil {
+		fast.close()
 	}
 	if inst == nil {
 		return
