@@ -23,14 +23,14 @@ build:
 	CGO_ENABLED=0 $(GO) build $(GOFLAGS_BUILD) -o $(BIN) ./cmd/appliance
 
 # The node image: an OCI archive (scratch + /appliance), built without a container daemon by
-# cmd/imagebuild, dated at the commit so the same commit gives the same digest. It prints the
-# reference by digest (IMAGE_REPO@sha256:...) that `appliance ignition --image` takes; `skopeo copy
-# oci-archive:$(IMAGE) docker://REGISTRY/appliance` copies the manifest as it is, so the digest holds there.
+# cmd/imagebuild, labelled with the binary's own version and dated at its commit, so the same
+# binary gives the same digest. It prints the reference by digest (IMAGE_REPO@sha256:...) that
+# `appliance ignition --image` takes; `skopeo copy oci-archive:$(IMAGE) docker://REGISTRY/appliance`
+# copies the manifest as it is, so the digest holds there.
 IMAGE      := bin/appliance-image.tar
 IMAGE_REPO ?= localhost/appliance
 image: build
-	$(GO) run ./cmd/imagebuild -binary $(BIN) -out $(IMAGE) -repo $(IMAGE_REPO) -version $(VERSION) \
-		-revision "$$(git rev-parse HEAD 2>/dev/null)" -source-date-epoch "$$(git log -1 --format=%ct 2>/dev/null || echo 0)"
+	$(GO) run ./cmd/imagebuild -binary $(BIN) -out $(IMAGE) -repo $(IMAGE_REPO)
 
 # Installs the Debian test dependencies only when one is missing.
 test-deps:

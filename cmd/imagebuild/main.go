@@ -29,9 +29,9 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("imagebuild", flag.ContinueOnError)
 	binary := fs.String("binary", "bin/appliance", "static linux/amd64 binary to put at /appliance")
 	out := fs.String("out", "bin/appliance-image.tar", "OCI archive to write")
-	version := fs.String("version", "", "version label (the binary's own)")
-	revision := fs.String("revision", "", "source commit label")
-	epoch := fs.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "creation time, Unix seconds (the commit's, for a reproducible digest)")
+	version := fs.String("version", "", "version label; the binary's own (`BINARY version`) when empty")
+	revision := fs.String("revision", "", "source commit label; the commit the version names (git) when empty")
+	epoch := fs.String("source-date-epoch", os.Getenv("SOURCE_DATE_EPOCH"), "creation time, Unix seconds; that commit's time when empty, so the digest repeats")
 	repo := fs.String("repo", "localhost/appliance", "repository the printed reference names")
 	check := fs.Bool("check", true, "run `/appliance version` from the written layer and expect the version")
 	if err := fs.Parse(args); err != nil {
@@ -40,8 +40,29 @@ func run(args []string) error {
 	if fs.NArg() != 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	// The labels come from the binary, not from make's variables: a commit
+	// landing between `make build` and this step would otherwise label the
+	// image with a version its binary does not have.
+	if *version == "" {
+		v, err := binaryVersion(*binary)
+		if err != nil {
+			return err
+		}
+		*version = v
+	}
+	if *revision == "" {
+		r, err := git("rev-parse", "--verify", describedCommit(*version)+"^{commit}")
+		if err != nil {
+			return fmt.Errorf("the commit of version %s (give -revision): %w", *version, err)
+		}
+		*revision = r
+	}
 	if *epoch == "" {
-		return fmt.Errorf("no -source-date-epoch (or SOURCE_DATE_EPOCH): the image's time must be fixed for its digest to repeat")
+		e, err := git("log", "-1", "--format=%ct", *revision)
+		if err != nil {
+			return fmt.Errorf("the time of commit %s (give -source-date-epoch): %w", *revision, err)
+		}
+		*epoch = e
 	}
 	secs, err := strconv.ParseInt(*epoch, 10, 64)
 	if err != nil {
@@ -57,11 +78,48 @@ func run(args []string) error {
 			return err
 		}
 	}
-	fmt.Printf("%s: %s layer %.1f MB gzip (binary %.1f MB)\n", *out, imagebuild.BinaryPath,
+	fmt.Printf("%s: version %s, %s layer %.1f MB gzip (binary %.1f MB)\n", *out, *version, imagebuild.BinaryPath,
 		float64(res.LayerSize)/1e6, float64(res.BinarySize)/1e6)
 	fmt.Printf("digest: %s\n", res.Digest)
 	fmt.Printf("%s@%s\n", *repo, res.Digest)
 	return nil
+}
+
+// binaryVersion asks the binary: `appliance version` prints
+// "appliance VERSION (commit ..., go..., os/arch)".
+func binaryVersion(bin string) (string, error) {
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s version (give -version): %w", bin, err)
+	}
+	f := strings.Fields(string(out))
+	if len(f) < 2 {
+		return "", fmt.Errorf("%s version printed %q (give -version)", bin, out)
+	}
+	return f[1], nil
+}
+
+// describedCommit returns what `git describe --always --dirty` output names:
+// "abc1234-dirty" → "abc1234", "v1.2-3-gabc1234" → "abc1234", "v1.2" → "v1.2".
+func describedCommit(version string) string {
+	v := strings.TrimSuffix(version, "-dirty")
+	if i := strings.LastIndex(v, "-g"); i >= 0 {
+		if h := v[i+2:]; h != "" && strings.Trim(h, "0123456789abcdef") == "" {
+			return h
+		}
+	}
+	return v
+}
+
+func git(args ...string) (string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.Command("git", args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
 }
 
 // checkLayer reads the archive back, takes /appliance out of its layer and
