@@ -452,7 +452,7 @@ func (r *run) day2Section() error {
 	} else {
 		r.say("client: DNS %s? at %s (%s) -> %s; waiting for it", name, r.names[w], w.IPv4.Addr(),
 			addrsString(lookup(r.client, w.IPv4.Addr(), name)))
-		wait := time.Duration(float64(60*time.Second) * r.o.Pace)
+		wait := time.Duration(float64(30*time.Second) * r.o.Pace)
 		ok, err := r.until(wait, answered)
 		if err != nil {
 			return err
