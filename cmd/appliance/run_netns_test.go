@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -159,6 +160,40 @@ lb: {mcs: false}
 	return rc
 }
 
+// watchMoves counts how often the holder of vip changes among nodes until
+// the test ends; the returned function reads the count so far.
+func watchMoves(t *testing.T, nodes []*netlab.Node, vip netip.Addr) func() int {
+	var mu sync.Mutex
+	moves := 0
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := -1
+		for {
+			if h := holders(t, nodes, vip); len(h) == 1 && h[0] != last {
+				if last >= 0 {
+					mu.Lock()
+					moves++
+					mu.Unlock()
+				}
+				last = h[0]
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return moves
+	}
+}
+
 func (rc *runCluster) failFile(name string) string {
 	return filepath.Join(rc.lab.Dir(), "fail-readyz-"+name)
 }
@@ -171,6 +206,7 @@ func TestRunBootstrapHandover(t *testing.T) {
 	// The bootstrap outranks the masters while its own apiserver and LB serve.
 	waitHolder(t, lab.Nodes[:4], labVIP, 0, 30*time.Second, 2*time.Second)
 	caller := startAPICaller(t, client, labVIP.String()+":6443", 20*time.Millisecond)
+	moves := watchMoves(t, lab.Nodes[:4], labVIP)
 	time.Sleep(time.Second)
 
 	// The bootstrap's apiserver stops answering /readyz for good: a master
@@ -208,9 +244,12 @@ func TestRunBootstrapHandover(t *testing.T) {
 	}
 	// A call in flight at the very moment the VIP moves is reset by the new
 	// holder, which has no state for it (in about one run in seven here).
-	// The VIP moved once; more than one such call means something else.
-	if len(broken) > 1 {
-		t.Errorf("%d calls broke in flight, more than the one VIP move can explain:\n%s", len(broken), strings.Join(broken, "\n"))
+	// The VIP moves once; on a loaded machine late adverts can move it
+	// again among the masters. More resets than moves mean something else.
+	n := moves()
+	t.Logf("the VIP moved %d time(s)", n)
+	if len(broken) > n {
+		t.Errorf("%d calls broke in flight, more than the %d VIP move(s) can explain:\n%s", len(broken), n, strings.Join(broken, "\n"))
 	}
 	if ok < 50 {
 		t.Errorf("only %d calls answered; the caller did not run", ok)
