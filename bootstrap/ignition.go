@@ -22,6 +22,7 @@ import (
 	t35 "github.com/coreos/ignition/v2/config/v3_5/types"
 	v36 "github.com/coreos/ignition/v2/config/v3_6"
 	t36 "github.com/coreos/ignition/v2/config/v3_6/types"
+	"github.com/coreos/vcontext/path"
 	"github.com/coreos/vcontext/report"
 	"github.com/coreos/vcontext/tree"
 )
@@ -151,7 +152,14 @@ type codec[C, F any] struct {
 	files func(*C) *[]F
 	path  func(*F) string
 	file  func(File) F
+	// replaced reports whether the config is a pointer that replaces
+	// itself with another (ignition.config.replace): Ignition then applies
+	// none of its own entries.
+	replaced func(*C) bool
 }
+
+// errReplaced is the warning for a replacing pointer config.
+var errReplaced = errors.New("this config is replaced by the one it points to, so Ignition applies none of its own files, the appliance's included; they reach the node only through that config (e.g. as MachineConfigs from `appliance manifests`)")
 
 // errReparse marks an output the module refused: a conflict between our
 // files and the config's (e.g. a directory at one of our paths).
@@ -161,6 +169,9 @@ func (c codec[C, F]) merge(raw []byte, files []File) ([]byte, report.Report, err
 	cfg, rpt, err := c.parse(raw)
 	if err != nil {
 		return nil, rpt, err
+	}
+	if len(files) > 0 && c.replaced(&cfg) {
+		rpt.AddOnWarn(path.New("json", "ignition", "config", "replace", "source"), errReplaced)
 	}
 	list := c.files(&cfg)
 	var kept []F
@@ -197,9 +208,10 @@ func Strip(raw []byte) ([]byte, error) {
 // contents are FileContents, later ones Resource), hence the repetition.
 var (
 	c30 = codec[t30.Config, t30.File]{
-		parse: v30.Parse,
-		files: func(c *t30.Config) *[]t30.File { return &c.Storage.Files },
-		path:  func(f *t30.File) string { return f.Path },
+		parse:    v30.Parse,
+		files:    func(c *t30.Config) *[]t30.File { return &c.Storage.Files },
+		path:     func(f *t30.File) string { return f.Path },
+		replaced: func(c *t30.Config) bool { return c.Ignition.Config.Replace.Source != nil },
 		file: func(f File) t30.File {
 			return t30.File{
 				Node:          t30.Node{Path: f.Path, Overwrite: ptr(true)},
@@ -208,9 +220,10 @@ var (
 		},
 	}
 	c31 = codec[t31.Config, t31.File]{
-		parse: v31.Parse,
-		files: func(c *t31.Config) *[]t31.File { return &c.Storage.Files },
-		path:  func(f *t31.File) string { return f.Path },
+		parse:    v31.Parse,
+		files:    func(c *t31.Config) *[]t31.File { return &c.Storage.Files },
+		path:     func(f *t31.File) string { return f.Path },
+		replaced: func(c *t31.Config) bool { return c.Ignition.Config.Replace.Source != nil },
 		file: func(f File) t31.File {
 			return t31.File{
 				Node:          t31.Node{Path: f.Path, Overwrite: ptr(true)},
@@ -219,9 +232,10 @@ var (
 		},
 	}
 	c32 = codec[t32.Config, t32.File]{
-		parse: v32.Parse,
-		files: func(c *t32.Config) *[]t32.File { return &c.Storage.Files },
-		path:  func(f *t32.File) string { return f.Path },
+		parse:    v32.Parse,
+		files:    func(c *t32.Config) *[]t32.File { return &c.Storage.Files },
+		path:     func(f *t32.File) string { return f.Path },
+		replaced: func(c *t32.Config) bool { return c.Ignition.Config.Replace.Source != nil },
 		file: func(f File) t32.File {
 			return t32.File{
 				Node:          t32.Node{Path: f.Path, Overwrite: ptr(true)},
@@ -230,9 +244,10 @@ var (
 		},
 	}
 	c33 = codec[t33.Config, t33.File]{
-		parse: v33.Parse,
-		files: func(c *t33.Config) *[]t33.File { return &c.Storage.Files },
-		path:  func(f *t33.File) string { return f.Path },
+		parse:    v33.Parse,
+		files:    func(c *t33.Config) *[]t33.File { return &c.Storage.Files },
+		path:     func(f *t33.File) string { return f.Path },
+		replaced: func(c *t33.Config) bool { return c.Ignition.Config.Replace.Source != nil },
 		file: func(f File) t33.File {
 			return t33.File{
 				Node:          t33.Node{Path: f.Path, Overwrite: ptr(true)},
@@ -241,9 +256,10 @@ var (
 		},
 	}
 	c34 = codec[t34.Config, t34.File]{
-		parse: v34.Parse,
-		files: func(c *t34.Config) *[]t34.File { return &c.Storage.Files },
-		path:  func(f *t34.File) string { return f.Path },
+		parse:    v34.Parse,
+		files:    func(c *t34.Config) *[]t34.File { return &c.Storage.Files },
+		path:     func(f *t34.File) string { return f.Path },
+		replaced: func(c *t34.Config) bool { return c.Ignition.Config.Replace.Source != nil },
 		file: func(f File) t34.File {
 			return t34.File{
 				Node:          t34.Node{Path: f.Path, Overwrite: ptr(true)},
@@ -252,9 +268,10 @@ var (
 		},
 	}
 	c35 = codec[t35.Config, t35.File]{
-		parse: v35.Parse,
-		files: func(c *t35.Config) *[]t35.File { return &c.Storage.Files },
-		path:  func(f *t35.File) string { return f.Path },
+		parse:    v35.Parse,
+		files:    func(c *t35.Config) *[]t35.File { return &c.Storage.Files },
+		path:     func(f *t35.File) string { return f.Path },
+		replaced: func(c *t35.Config) bool { return c.Ignition.Config.Replace.Source != nil },
 		file: func(f File) t35.File {
 			return t35.File{
 				Node:          t35.Node{Path: f.Path, Overwrite: ptr(true)},
@@ -263,9 +280,10 @@ var (
 		},
 	}
 	c36 = codec[t36.Config, t36.File]{
-		parse: v36.Parse,
-		files: func(c *t36.Config) *[]t36.File { return &c.Storage.Files },
-		path:  func(f *t36.File) string { return f.Path },
+		parse:    v36.Parse,
+		files:    func(c *t36.Config) *[]t36.File { return &c.Storage.Files },
+		path:     func(f *t36.File) string { return f.Path },
+		replaced: func(c *t36.Config) bool { return c.Ignition.Config.Replace.Source != nil },
 		file: func(f File) t36.File {
 			return t36.File{
 				Node:          t36.Node{Path: f.Path, Overwrite: ptr(true)},

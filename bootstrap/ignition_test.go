@@ -282,6 +282,19 @@ func TestMergeWarnsOfUnknownKeys(t *testing.T) {
 	}
 }
 
+func TestMergeWarnsOfAReplacingPointer(t *testing.T) {
+	for _, v := range []string{"3.0.0", "3.2.0", "3.6.0"} {
+		in := fmt.Appendf(nil, `{"ignition": {"version": %q, "config": {"replace": {"source": "https://192.168.126.5:22623/config/worker"}}}}`, v)
+		m, err := Merge("worker.ign", in, []File{{Path: NodeConfigPath, Mode: 0o600, Contents: []byte("x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Warnings) != 1 || !strings.Contains(m.Warnings[0], "worker.ign: $.ignition.config.replace.source: this config is replaced") {
+			t.Errorf("%s: warnings %q", v, m.Warnings)
+		}
+	}
+}
+
 // FuzzMerge: on any input Merge either refuses with an error or returns a
 // config of the same version that parses, holds the appliance's files once,
 // keeps everything else, and is its own fixed point.
