@@ -1,7 +1,11 @@
 # appliance: `make run` brings up the lab, `make test` runs every tier (as root).
 SHELL      := /bin/bash
 GO         ?= go
-VERSION    ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# Evaluated once (:=), so every step of one make run names the same version
+# even when a commit lands meanwhile; VERSION=... on the command line wins.
+ifeq ($(origin VERSION), undefined)
+VERSION    := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+endif
 BIN        := bin/appliance
 GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 # Debian packages the test tiers talk to: the real peers and tools.
