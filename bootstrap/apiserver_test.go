@@ -66,9 +66,10 @@ func TestStaticPodRealAPIServer(t *testing.T) {
 	bad := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"misspelt"},"spec":{"hostNetwrk":true,"containers":[{"name":"c","image":"` + testImage + `"}]}}`)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := client.CoreV1().RESTClient().Post().Namespace("kube-system").Resource("pods").
-		Param("fieldValidation", "Strict").Body(bad).Do(ctx).Raw(); err == nil || !strings.Contains(err.Error(), "hostNetwrk") {
-		t.Errorf("a misspelt field: %v", err)
+	raw, err := client.CoreV1().RESTClient().Post().Namespace("kube-system").Resource("pods").
+		Param("fieldValidation", "Strict").Body(bad).Do(ctx).Raw()
+	if err == nil || !strings.Contains(string(raw), "hostNetwrk") {
+		t.Errorf("a misspelt field: %v\n%s", err, raw)
 	}
 }
 
