@@ -252,6 +252,11 @@ type rxFailure struct {
 	err error
 }
 
+// FaultTrack is Status.Fault while a tracked check of weight 0 fails: the
+// instance steps aside by design (an ingress VIP on a node without a ready
+// router), which is no malfunction of the instance itself.
+const FaultTrack = "a tracked check with weight 0 is failing"
+
 // checkEvery is the backstop period of the address check; netlink events
 // normally trigger it at once.
 const checkEvery = 2 * time.Second
@@ -802,7 +807,7 @@ func (r *runner) updateFault(now time.Time) {
 	case r.vipFault:
 		reason = "could not install the VIPs"
 	case r.trackFault:
-		reason = "a tracked check with weight 0 is failing"
+		reason = FaultTrack
 	}
 	fault := reason != ""
 	if r.Status().Fault != reason {

@@ -303,4 +303,19 @@ func TestRunKill9AndRestart(t *testing.T) {
 			t.Fatalf("call %d through the VIP after the restart: %v", i, err)
 		}
 	}
+	// Every node is ready: no master runs an ingress router here, so its
+	// ingress VIP steps aside (FAULT by design), which is no malfunction.
+	for i, n := range cp {
+		var body string
+		var err error
+		for range 100 {
+			if body, err = nodeHTTPGet(n, "127.0.0.1:9447", "/readyz"); err == nil && strings.TrimSpace(body) == "ok" {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if strings.TrimSpace(body) != "ok" {
+			t.Errorf("%s /readyz: %q %v", rc.names[i], body, err)
+		}
+	}
 }

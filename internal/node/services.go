@@ -53,10 +53,16 @@ func (v *VIPs) Run(ctx context.Context) error {
 	return eg.Wait()
 }
 
-// Ready is nil while no instance is in INIT or FAULT.
+// Ready is nil while no instance is in INIT or FAULT. An instance in
+// FAULT because a weight-0 track fails is doing its job (a master without a
+// router leaves the ingress VIP to the workers) and does not count.
 func (v *VIPs) Ready() error {
 	for _, in := range v.instances {
-		if s := in.Status(); s.State == vrrp.StateInit.String() || s.State == vrrp.StateFault.String() {
+		s := in.Status()
+		if s.State == vrrp.StateFault.String() && s.Fault == vrrp.FaultTrack {
+			continue
+		}
+		if s.State == vrrp.StateInit.String() || s.State == vrrp.StateFault.String() {
 			return fmt.Errorf("%s is %s %s", s.Name, s.State, s.Fault)
 		}
 	}
