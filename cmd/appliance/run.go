@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	stdlog "log"
 	"log/slog"
 
@@ -53,6 +54,11 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 			log, cfg, err := g.serviceStart("run", f.config)
 			if err != nil {
 				return err
+			}
+			switch cluster.Role(f.role) {
+			case "", cluster.RoleBootstrap, cluster.RoleMaster, cluster.RoleWorker:
+			default:
+				return fmt.Errorf("run: --role %q is not bootstrap, master or worker", f.role)
 			}
 			// The embedded DNS server logs through the standard logger.
 			stdlog.SetFlags(0)

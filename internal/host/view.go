@@ -186,10 +186,12 @@ func identity(cfg *cluster.Config, opts Options, hostname string, links []Link) 
 		if n, ok := cfg.NodeByName(opts.Node); ok {
 			return found(n)
 		}
-		if len(cfg.Nodes) == 0 {
+		// A node the config does not list (one that joins on day 2, known
+		// to the others through the Kubernetes API or mDNS) says its role.
+		if len(cfg.Nodes) == 0 || opts.Role != "" {
 			return View{Name: opts.Node, Role: opts.Role}, nil
 		}
-		return View{}, fmt.Errorf("host: --node %q is not in nodes (known: %s)", opts.Node, nodeNames(cfg))
+		return View{}, fmt.Errorf("host: --node %q is not in nodes (known: %s); for a node that joins later, add --role", opts.Node, nodeNames(cfg))
 	}
 	var tried []string
 	for _, l := range links {

@@ -69,6 +69,8 @@ network: {machineCIDR: 192.168.126.0/24, apiVIPs: [192.168.126.5], ingressVIPs: 
 			want:  "bootstrap bootstrap eth0 [192.168.126.10/24]"},
 		{name: "unknown --node lists the known ones", cfg: cfg, opts: Options{Node: "master-9"},
 			links: []Link{lo, eth0("192.168.126.10/24")}, err: "known: bootstrap, master-0, worker-0"},
+		{name: "a day-2 node not in the config gives its role", cfg: cfg, opts: Options{Node: "worker-9", Role: cluster.RoleWorker},
+			links: []Link{lo, eth0("192.168.126.99/24")}, want: "worker-9 worker eth0 [192.168.126.99/24]"},
 		{name: "no match names the addresses tried", cfg: cfg, hostname: "laptop",
 			links: []Link{lo, eth0("10.0.0.3/24")}, err: `host name "laptop", local addresses 10.0.0.3`},
 		{name: "a VIP alone does not identify a node", cfg: cfg, hostname: "laptop",
