@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"appliance/bootstrap"
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
@@ -129,7 +131,9 @@ func startStandInMCS(t *testing.T, n *netlab.Node, addr string, cert tls.Certifi
 // through the appliance's LB on the bootstrap node, to a stand-in MCS, over
 // TLS verified with the pointer's CA; the Accept header arrives as it does
 // when Ignition asks the MCS directly; the node gets the MCS's files and the
-// appliance's.
+// appliance's. The bootstrap's appliance runs the static pod's own command
+// line, and the kubelet's liveness and readiness probes, as the pod states
+// them, answer 200.
 func TestIgnitionPointerThroughVIP(t *testing.T) {
 	ign := ignitionBinary(t)
 	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "ignvip"})
@@ -151,8 +155,31 @@ nodes:
 vrrp: {advertInterval: 100ms}
 `, boot.IPv4.Masked(), labVIP, bootIP))
 	procs["apiserver"] = startApplianceQuiet(t, boot, "lab", "apiserver", "--listen", ":6443", "--name", "bootstrap")
-	procs["appliance"] = startApplianceQuiet(t, boot, "run", "--config", cfgPath, "--node", "bootstrap")
+	// The appliance runs the static pod's own command line (its config
+	// path moved to this test's file): the node finds itself by address.
+	cfg, err := cluster.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, err := bootstrap.StaticPod(cfg, bootstrap.PodOptions{Image: testImageRef, Role: cluster.RoleBootstrap, Drain: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	args := append([]string(nil), c.Args...)
+	for i := range args {
+		if args[i] == bootstrap.NodeConfigPath {
+			args[i] = cfgPath
+		}
+	}
+	procs["appliance"] = startApplianceQuiet(t, boot, args...)
 	waitOneHolder(t, lab.Nodes, labVIP, 30*time.Second, time.Second)
+	// The kubelet's probes, as the pod spec states them, answer 200.
+	for _, p := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe} {
+		g := p.HTTPGet
+		addr := net.JoinHostPort(g.Host, g.Port.String())
+		waitProbe(t, boot, addr, g.Path, 30*time.Second)
+	}
 
 	// The LB serves VIP:22623 once its MCS pool's health check passed.
 	vipMCS := netip.AddrPortFrom(labVIP, 22623).String()
@@ -198,10 +225,6 @@ vrrp: {advertInterval: 100ms}
 		return root
 	}
 
-	cfg, err := cluster.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want, err := bootstrap.Files(cfg, cluster.RoleMaster, bootstrapOptions(cfg, testImageRef))
 	if err != nil {
 		t.Fatal(err)
@@ -239,6 +262,37 @@ vrrp: {advertInterval: 100ms}
 		}
 	}
 	t.Logf("Ignition's Accept header, through the VIP as directly: %q", direct)
+}
+
+// waitProbe GETs http://addr/path inside node, as the kubelet probes a
+// hostNetwork pod, until it answers 200.
+func waitProbe(t *testing.T, n *netlab.Node, addr, path string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		var c net.Conn
+		err := n.Do(func() (err error) { c, err = net.DialTimeout("tcp", addr, time.Second); return err })
+		if err == nil {
+			tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return c, nil }, DisableKeepAlives: true}
+			resp, gerr := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Get("http://" + addr + path)
+			if gerr == nil {
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return
+				}
+				last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+			} else {
+				last = gerr.Error()
+			}
+			tr.CloseIdleConnections()
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("probe http://%s%s never answered 200: %s", addr, path, last)
 }
 
 // scratchRoot is a root Ignition's files stage can write into: root in
