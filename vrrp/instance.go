@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -58,7 +59,8 @@ type Instance struct {
 	metrics  *Metrics
 	onChange func(Status)
 
-	move chan string // SetInterface's requests, latest only
+	move    chan string       // SetInterface's requests, latest only
+	peerReq chan []netip.Addr // SetUnicastPeers' requests, latest only
 
 	mu     sync.Mutex
 	status Status
@@ -87,7 +89,8 @@ func New(cfg Config, m *Metrics, log *slog.Logger, onChange func(Status)) (*Inst
 		log = slog.Default()
 	}
 	log = log.With("component", "vrrp", "instance", cfg.Name, "vrid", cfg.VRID)
-	i := &Instance{cfg: cfg, log: log, metrics: m, onChange: onChange, move: make(chan string, 1)}
+	i := &Instance{cfg: cfg, log: log, metrics: m, onChange: onChange,
+		move: make(chan string, 1), peerReq: make(chan []netip.Addr, 1)}
 	i.status = Status{Name: cfg.Name, Interface: cfg.Interface, VRID: cfg.VRID, Version: cfg.Version,
 		VIPs: cfg.VIPs, State: StateInit.String(), Priority: cfg.Priority, Since: time.Now()}
 	return i, nil
@@ -168,6 +171,25 @@ func (i *Instance) SetInterface(name string) {
 	}
 }
 
+// SetUnicastPeers replaces the unicast peers of an instance configured with
+// unicast peers (a node that joins later becomes a peer without a restart):
+// adverts go to the new set and are accepted only from it. An instance that
+// runs on multicast ignores it. Safe from any goroutine; never blocks.
+func (i *Instance) SetUnicastPeers(peers []netip.Addr) {
+	peers = slices.Clone(peers)
+	for {
+		select {
+		case i.peerReq <- peers:
+			return
+		default:
+		}
+		select {
+		case <-i.peerReq:
+		default:
+		}
+	}
+}
+
 // Status returns the current status.
 func (i *Instance) Status() Status {
 	i.mu.Lock()
@@ -228,6 +250,9 @@ type runner struct {
 	rxFailed chan rxFailure
 	gen      int
 	wg       sync.WaitGroup
+	// filt is what the receivers check packets against; replaced when the
+	// unicast peers change.
+	filt atomic.Pointer[rxFilter]
 
 	want          string        // the interface the instance should be on
 	detached      string        // non-empty while the sockets are closed: why (a FAULT reason)
@@ -443,6 +468,8 @@ func (r *runner) loop(ctx context.Context) error {
 			r.checkAddrs(time.Now())
 		case name := <-r.move:
 			r.moveTo(time.Now(), name)
+		case peers := <-r.peerReq:
+			r.setPeers(peers)
 		case <-timer.C:
 			r.catchUp(r.rx)
 			r.tick(time.Now())
@@ -453,8 +480,27 @@ func (r *runner) loop(ctx context.Context) error {
 // startReceiver starts the reader of the current socket.
 func (r *runner) startReceiver() {
 	r.gen++
-	gen, c, f := r.gen, r.conn, r.filter()
-	r.wg.Go(func() { r.receive(gen, c, f) })
+	r.filt.Store(r.filter())
+	gen, c := r.gen, r.conn
+	r.wg.Go(func() { r.receive(gen, c) })
+}
+
+// setPeers applies SetUnicastPeers.
+func (r *runner) setPeers(peers []netip.Addr) {
+	if len(r.cfg.UnicastPeers) == 0 {
+		r.log.Warn("ignoring unicast peers: this instance advertises by multicast", "peers", peers)
+		return
+	}
+	v6 := r.dst.Is6()
+	peers = slices.DeleteFunc(peers, func(p netip.Addr) bool { return p.Is6() != v6 || p == r.src })
+	slices.SortFunc(peers, func(a, b netip.Addr) int { return a.Compare(b) })
+	peers = slices.Compact(peers)
+	if slices.Equal(peers, r.peers) {
+		return
+	}
+	r.log.Info("unicast peers changed", "peers", peers, "was", r.peers)
+	r.peers = peers
+	r.filt.Store(r.filter())
 }
 
 // receiverFailed puts the instance in FAULT with its socket closed, and
@@ -654,7 +700,7 @@ func (r *runner) resetTimer(t *time.Timer) {
 
 // receive reads socket c until it fails, then reports the failure (the
 // loop tells a socket it closed on purpose by its generation) and returns.
-func (r *runner) receive(gen int, c conn, f *rxFilter) {
+func (r *runner) receive(gen int, c conn) {
 	name := r.cfg.Name
 	buf := make([]byte, 1500)
 	for {
@@ -666,7 +712,7 @@ func (r *runner) receive(gen int, c conn, f *rxFilter) {
 			}
 			return
 		}
-		v := f.check(meta, payload)
+		v := r.filt.Load().check(meta, payload)
 		if v.Reason != "" && !v.Collision {
 			r.metrics.drops.WithLabelValues(name, string(v.Reason)).Inc()
 			continue

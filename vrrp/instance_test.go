@@ -22,6 +22,7 @@ import (
 type fakeConn struct {
 	mu   sync.Mutex
 	sent []Packet
+	dsts []netip.Addr
 }
 
 func (c *fakeConn) read([]byte) ([]byte, rxMeta, error) { select {} }
@@ -32,6 +33,7 @@ func (c *fakeConn) write(b []byte, src, dst netip.Addr) error {
 	}
 	c.mu.Lock()
 	c.sent = append(c.sent, p)
+	c.dsts = append(c.dsts, dst)
 	c.mu.Unlock()
 	return nil
 }

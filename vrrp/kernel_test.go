@@ -2,6 +2,7 @@ package vrrp
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -128,5 +129,33 @@ func TestDeafReceiverNeverBecomesMaster(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(r.metrics.repairs.WithLabelValues("api-v4", repairReceiver)); got != 1 {
 		t.Errorf("repairs{receiver_failed} = %v, want 1", got)
+	}
+}
+
+// A node that joins later becomes a unicast peer without a restart: adverts
+// go to the new set, and the receive filter accepts it.
+func TestSetUnicastPeers(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, conn, _ := newTestRunner(t, vips)
+	a := netip.MustParseAddr
+	r.cfg.UnicastPeers = []netip.Addr{a("192.168.126.11")}
+	r.peers = r.cfg.UnicastPeers
+	r.filt.Store(r.filter())
+	r.setPeers([]netip.Addr{a("192.168.126.12"), a("192.168.126.10"), a("fd00::12"), a("192.168.126.11"), a("192.168.126.12")})
+	if got := fmt.Sprint(r.peers); got != "[192.168.126.11 192.168.126.12]" {
+		t.Fatalf("peers %s: want the new set without ourselves, the other family or repeats", got)
+	}
+	if f := r.filt.Load(); !f.peers[a("192.168.126.12")] || f.peers[a("192.168.126.10")] {
+		t.Errorf("filter peers %v", f.peers)
+	}
+	r.sendAdvert(100)
+	if got := fmt.Sprint(conn.dsts); got != "[192.168.126.11 192.168.126.12]" {
+		t.Errorf("advert sent to %s", got)
+	}
+	// A multicast instance keeps multicast.
+	m, _, _ := newTestRunner(t, vips)
+	m.setPeers([]netip.Addr{a("192.168.126.12")})
+	if len(m.peers) != 0 {
+		t.Errorf("a multicast instance took unicast peers %v", m.peers)
 	}
 }

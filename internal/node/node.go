@@ -66,6 +66,7 @@ type Node struct {
 	admin string
 
 	vips  *VIPs
+	kinds map[string]cluster.VIPKind // instance name → VIP kind
 	lb    *lb.LB
 	dns   *dnsserver.Server
 	dhcp  *dhcp.Server
@@ -175,6 +176,7 @@ func (n *Node) buildVIPs(opts Options) error {
 	cfgs := VRRPConfigs(n.cfg, n.self, n.plan, n.view.Interface, p)
 	vrids := map[string]uint8{}
 	kinds := map[string]cluster.VIPKind{}
+	n.kinds = kinds
 	for i := range cfgs {
 		for j := range cfgs[i].Tracks {
 			cfgs[i].Tracks[j].Interval = opts.TrackInterval
@@ -218,6 +220,9 @@ func (n *Node) Stages() []service.Stage {
 		stages = append(stages, last)
 	}
 	var sources service.Stage
+	if n.vips != nil && len(n.cfg.VRRP.UnicastPeers) > 0 {
+		sources = append(sources, service.Func{ID: "vrrp-peers", RunFunc: n.followPeers})
+	}
 	if n.nodes != nil {
 		// Not part of /readyz: before the API exists (a master during the
 		// install) the node must be ready on config and mDNS alone.
@@ -231,6 +236,26 @@ func (n *Node) Stages() []service.Stage {
 		}
 	}
 	return append(stages, append(sources, HostService(n.host, n.view.Interface, moved)))
+}
+
+// followPeers keeps the unicast peers of every virtual router in step with
+// the members: a node that joins (through the Kubernetes API or mDNS)
+// becomes a peer, one that leaves stops being one.
+func (n *Node) followPeers(ctx context.Context) error {
+	for snap := range n.state.Subscribe(ctx) {
+		self := n.view.Addrs()
+		if v := n.host.View(); v != nil {
+			self = v.Addrs()
+		}
+		for _, in := range n.vips.Instances() {
+			st := in.Status()
+			if len(st.VIPs) == 0 {
+				continue
+			}
+			in.SetUnicastPeers(unicastPeers(n.cfg, snap, n.kinds[st.Name], st.VIPs[0].Addr().Is6(), self))
+		}
+	}
+	return nil
 }
 
 // Run runs the node's services behind one admin listener until ctx ends,

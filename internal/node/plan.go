@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"appliance/internal/cluster"
@@ -104,6 +105,34 @@ func VRRPConfigs(cfg *cluster.Config, self cluster.Node, plan Plan, iface string
 		}
 		out = append(out, c)
 	}
+	return out
+}
+
+// unicastPeers lists where an instance of kind and family sends its adverts
+// in unicast mode: the configured peers, plus every member whose role takes
+// part in that VIP (a node that joined through the Kubernetes API or mDNS
+// included), minus this node's own addresses.
+func unicastPeers(cfg *cluster.Config, snap *cluster.Snapshot, kind cluster.VIPKind, v6 bool, self []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	add := func(a netip.Addr) {
+		if a.Is6() == v6 && !slices.Contains(self, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, p := range cfg.VRRP.UnicastPeers {
+		add(p)
+	}
+	for _, m := range snap.Members {
+		if cfg.PriorityFor(m.Role, kind) == 0 {
+			continue
+		}
+		for _, a := range m.IPs {
+			if _, ok := cfg.Network.PrefixFor(a); ok {
+				add(a)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return out
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -136,5 +137,35 @@ func TestHoldsAPIVIP(t *testing.T) {
 	}
 	if _, err := kindOf("vrid-51"); err == nil {
 		t.Error("kindOf accepted a name of neither kind")
+	}
+}
+
+func TestUnicastPeers(t *testing.T) {
+	cfg := parse(t, planConfig+"vrrp: {unicastPeers: [192.168.126.9, 192.168.126.10, 192.168.126.20]}\n")
+	a := netip.MustParseAddr
+	snap := &cluster.Snapshot{Members: []cluster.Member{
+		{Name: "bootstrap", Role: cluster.RoleBootstrap, IPs: []netip.Addr{a("192.168.126.9")}},
+		{Name: "master-0", Role: cluster.RoleMaster, IPs: []netip.Addr{a("192.168.126.10"), a("fd00:126::10")}},
+		{Name: "master-3", Role: cluster.RoleMaster, IPs: []netip.Addr{a("192.168.126.13"), a("10.9.9.9")}, Source: cluster.SourceKubernetes},
+		{Name: "worker-0", Role: cluster.RoleWorker, IPs: []netip.Addr{a("192.168.126.20")}},
+		{Name: "worker-5", Role: cluster.RoleWorker, IPs: []netip.Addr{a("192.168.126.25")}, Source: cluster.SourceMDNS},
+	}}
+	self := []netip.Addr{a("192.168.126.10"), a("fd00:126::10")}
+	cases := []struct {
+		kind cluster.VIPKind
+		v6   bool
+		want string
+	}{
+		// The configured peers stay (worker-0 is one, though it takes no
+		// part in the API VIP); a day-2 master joins; addresses outside the
+		// machine networks and our own never count.
+		{cluster.VIPAPI, false, "[192.168.126.9 192.168.126.13 192.168.126.20]"},
+		{cluster.VIPIngress, false, "[192.168.126.9 192.168.126.13 192.168.126.20 192.168.126.25]"},
+		{cluster.VIPAPI, true, "[]"},
+	}
+	for _, c := range cases {
+		if got := fmt.Sprint(unicastPeers(cfg, snap, c.kind, c.v6, self)); got != c.want {
+			t.Errorf("%s v6=%v: %s, want %s", c.kind, c.v6, got, c.want)
+		}
 	}
 }
