@@ -35,12 +35,17 @@ type ProxyOptions struct {
 }
 
 // DefaultProxyOptions: the connection limit of OpenShift's haproxy
-// (maxconn 20000), its connect timeout (10 s), an hour of idleness (API
-// watches send bookmarks well within it) and 30 s after a half-close.
+// (maxconn 20000), an hour of idleness (API watches send bookmarks well
+// within it), 30 s after a half-close, and a 2 s connect timeout where
+// haproxy waits 10 s: a backend on the machine network answers a SYN in
+// well under a millisecond, so one that has not after one SYN retransmission
+// (1 s) is dead or drowning, and the next backend is tried. A master that
+// dies then costs the clients the LB had just sent to it 2 s, not 10 (they
+// would mostly time out first).
 func DefaultProxyOptions() ProxyOptions {
 	return ProxyOptions{
 		MaxConns:       20000,
-		ConnectTimeout: 10 * time.Second,
+		ConnectTimeout: 2 * time.Second,
 		Retries:        2,
 		IdleTimeout:    time.Hour,
 		FinTimeout:     30 * time.Second,
