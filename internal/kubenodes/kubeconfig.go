@@ -3,8 +3,10 @@ package kubenodes
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,6 +54,16 @@ func restConfig(path, local string) (*rest.Config, error) {
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubenodes: kubeconfig %s: %w", path, err)
+	}
+	// A watch is silent on the client's side. When the VIP it runs through
+	// moves (its holder died), nothing tells the client until it sends:
+	// client-go's own HTTP/2 ping notices after about 45 s. Keepalive
+	// probes after 5 s of silence reach the new holder, which resets the
+	// connection it does not know, and the watch is opened again at once.
+	if cfg.Dial == nil {
+		d := &net.Dialer{Timeout: 10 * time.Second, KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3}}
+		cfg.Dial = d.DialContext
 	}
 	if local == "" {
 		return cfg, nil
