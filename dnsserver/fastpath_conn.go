@@ -17,6 +17,8 @@ import (
 	coredns "github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
 	"golang.org/x/net/bpf"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,6 +35,7 @@ type fastListener struct {
 	// the address its query came to (IP_PKTINFO / IPV6_PKTINFO).
 	pktinfo bool
 	steered bool // the BPF program is attached
+	closed  atomic.Bool
 
 	table   atomic.Pointer[fastTable]
 	buildMu sync.Mutex
@@ -191,59 +194,106 @@ func (l *fastListener) current() *fastTable {
 	return t
 }
 
-// read is one socket's loop: answer or pass on, packet by packet.
+// fastBatch is how many packets one recvmmsg/sendmmsg moves at most.
+const fastBatch = 32
+
+// batchConn is the batch API of golang.org/x/net's ipv4 and ipv6 packet
+// conns (recvmmsg/sendmmsg).
+type batchConn interface {
+	ReadBatch(ms []ipv4.Message, flags int) (int, error)
+	WriteBatch(ms []ipv4.Message, flags int) (int, error)
+}
+
+// read is one socket's loop: read what has arrived (up to fastBatch
+// packets in one call), answer what the fast path can, pass on the rest,
+// send the answers in one call.
 func (l *fastListener) read(c *net.UDPConn) {
-	buf := make([]byte, fastMaxQuery)
-	out := make([]byte, 0, ednsBufSize)
-	key := make([]byte, 0, 258)
-	var oob, woob []byte
-	if l.pktinfo {
-		oob, woob = make([]byte, 128), make([]byte, 0, 64)
+	var bc batchConn = ipv4.NewPacketConn(c)
+	if c.LocalAddr().(*net.UDPAddr).IP.To4() == nil {
+		bc = ipv6.NewPacketConn(c)
 	}
+	in := make([]ipv4.Message, fastBatch)
+	out := make([]ipv4.Message, fastBatch)
+	for i := range fastBatch {
+		in[i].Buffers = [][]byte{make([]byte, fastMaxQuery)}
+		out[i].Buffers = [][]byte{make([]byte, 0, ednsBufSize)}
+		if l.pktinfo {
+			in[i].OOB = make([]byte, 128)
+			out[i].OOB = make([]byte, 0, 64)
+		}
+	}
+	key := make([]byte, 0, 258)
 	m := l.srv.metrics
 	for {
-		n, oobn, _, from, err := c.ReadMsgUDPAddrPort(buf, oob)
+		n, err := bc.ReadBatch(in, 0)
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			// x/net does not always say net.ErrClosed for a closed socket.
+			if l.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			continue
 		}
 		start := time.Now()
-		q := buf[:n]
-		if n < 12 || q[2]&0x80 != 0 {
-			continue // what miekg/dns drops: too short, or a response
-		}
-		var dst netip.Addr
-		if l.pktinfo {
-			dst = pktinfoDst(oob[:oobn])
-		}
-		// Refusals are the chain's: the access plugin answers and counts them.
-		if l.srv.clients.allows(from.Addr()) {
-			if r, e := l.current().answer(out, q, key); r != nil {
-				if l.pktinfo {
-					woob = pktinfoSrc(woob[:0], dst)
-				}
-				// Counted as the chain counts: the response once written
-				// (or tried), the time with the write.
-				if e.request != nil {
-					e.request.Inc()
-					e.response.Inc()
-					e.result.Inc()
-				}
-				m.fastAnswers.Inc()
-				_, _, _ = c.WriteMsgUDPAddrPort(r, woob, from)
-				m.duration.Observe(time.Since(start).Seconds())
+		k := 0
+		for i := range n {
+			msg := &in[i]
+			ua, ok := msg.Addr.(*net.UDPAddr)
+			if !ok {
 				continue
 			}
+			from := ua.AddrPort()
+			q := msg.Buffers[0][:msg.N]
+			if len(q) < 12 || q[2]&0x80 != 0 {
+				continue // what miekg/dns drops: too short, or a response
+			}
+			var dst netip.Addr
+			if l.pktinfo {
+				dst = pktinfoDst(msg.OOB[:msg.NN])
+			}
+			// Refusals are the chain's: the access plugin answers and counts them.
+			if l.srv.clients.allows(from.Addr()) {
+				if r, e := l.current().answer(out[k].Buffers[0][:0], q, key); r != nil {
+					out[k].Buffers[0] = r
+					out[k].Addr = ua
+					if l.pktinfo {
+						out[k].OOB = pktinfoSrc(out[k].OOB[:0], dst)
+					}
+					k++
+					// Counted as the chain counts: the response once
+					// written (or tried).
+					if e.request != nil {
+						e.request.Inc()
+						e.response.Inc()
+						e.result.Inc()
+					}
+					m.fastAnswers.Inc()
+					continue
+				}
+			}
+			l.fallback.push(c, q, from, dst)
 		}
-		l.fallback.push(c, q, from, dst)
+		for sent := 0; sent < k; {
+			w, err := bc.WriteBatch(out[sent:k], 0)
+			if err != nil {
+				// Drop this one (a client gone, a full buffer) and go on.
+				w = max(w, 1)
+			}
+			sent += w
+		}
+		if k > 0 {
+			// Each answer of the batch took the batch's time.
+			d := time.Since(start).Seconds()
+			for range k {
+				m.duration.Observe(d)
+			}
+		}
 	}
 }
 
 // close closes the sockets, stops the fallback server and waits for every
 // goroutine the listener started.
 func (l *fastListener) close() {
+	l.closed.Store(true)
 	for _, c := range l.conns {
 		_ = c.Close()
 	}
