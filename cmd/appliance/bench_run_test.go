@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -612,21 +614,73 @@ func TestBenchRunStartup(t *testing.T) {
 // API through the VIP every 20 ms on a new connection.
 type handoverResult struct {
 	ok, connFail, reset, other int
-	takeover                   time.Duration // /readyz failing → a master holds the VIP
+	slowest                    time.Duration // the longest answered call
+	takeover                   time.Duration // the event → a master holds the VIP
+	failures                   []string
 }
 
-// classify splits an apiCaller's failures: could not connect, reset once
-// connected, anything else (a timeout or EOF after connecting).
-func classify(ok int, failed, broken []string) handoverResult {
-	r := handoverResult{ok: ok, reset: len(broken)}
-	for _, f := range failed {
-		if strings.Contains(f, "dial tcp") {
-			r.connFail++
-		} else {
-			r.other++
+// handoverCaller calls GET /version through addr from a node every period
+// on a new connection (callAPI) and counts: answered (and the slowest),
+// could not connect, reset once connected, anything else (a timeout or
+// EOF after connecting).
+type handoverCaller struct {
+	mu   sync.Mutex
+	r    handoverResult
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startHandoverCaller(t *testing.T, from *netlab.Node, addr string, period time.Duration) *handoverCaller {
+	c := &handoverCaller{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			start := time.Now()
+			_, connected, err := callAPI(from, addr)
+			took := time.Since(start)
+			c.mu.Lock()
+			switch {
+			case err == nil:
+				c.r.ok++
+				c.r.slowest = max(c.r.slowest, took)
+			case !connected:
+				c.r.connFail++
+			case errors.Is(err, syscall.ECONNRESET):
+				c.r.reset++
+			default:
+				c.r.other++
+			}
+			if err != nil {
+				c.r.failures = append(c.r.failures, start.Format("15:04:05.000")+" "+err.Error())
+			}
+			c.mu.Unlock()
+			select {
+			case <-c.stop:
+				return
+			case <-tick.C:
+			}
 		}
+	}()
+	t.Cleanup(c.close)
+	return c
+}
+
+func (c *handoverCaller) close() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
 	}
-	return r
+	<-c.done
+}
+
+func (c *handoverCaller) result() handoverResult {
+	c.close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.r
 }
 
 // waitMaster waits until a master (not n0) alone holds the API VIP.
@@ -643,47 +697,39 @@ func waitMaster(t *testing.T, nodes []*netlab.Node, timeout time.Duration) (int,
 	return -1, 0
 }
 
-// handoverAppliance is TestRunBootstrapHandover's scenario, counted.
-func handoverAppliance(t *testing.T) handoverResult {
-	lab := netlabtest.New(t, netlab.Options{Nodes: 5, Name: "bhoapl"})
-	rc := startRunCluster(t, lab, 3)
-	client := lab.Nodes[4]
-	waitHolder(t, lab.Nodes[:4], labVIP, 0, 30*time.Second, 2*time.Second)
-	caller := startAPICaller(t, client, labVIP.String()+":6443", 20*time.Millisecond)
-	time.Sleep(time.Second)
-	if err := writeFileAt(rc.failFile("bootstrap"), "failing"); err != nil {
-		t.Fatal(err)
-	}
-	m, took := waitMaster(t, lab.Nodes[:4], 20*time.Second)
-	waitHolder(t, lab.Nodes[:4], labVIP, m, 10*time.Second, time.Second)
-	_ = rc.procs["bootstrap"].Signal(syscall.SIGTERM)
-	_ = rc.procs["bootstrap"].Wait()
-	time.Sleep(time.Second)
-	caller.close()
-	ok, _, failed, broken := caller.snapshot()
-	r := classify(ok, failed, broken)
-	r.takeover = took
-	logFailures(t, "appliance", failed, broken)
-	return r
+// handoverCluster is a bootstrap (n0) and three masters serving the API
+// VIP one way or the other, and a client (n4).
+type handoverCluster struct {
+	lab      *netlab.Lab
+	failFile string // the bootstrap apiserver's /readyz fails while it exists
+	stop     func() // the bootstrap's teardown: SIGTERM to what serves the VIP there
 }
 
-// handoverStack is the same scenario the way OpenShift does it: keepalived
-// on the bootstrap (40 + 50 while its apiserver answers /readyz) and the
-// masters (40 + 20 + 5), haproxy on every node to the masters with the
-// bootstrap as backup, VIP:6443 redirected to it; after the bootstrap's
-// /readyz fails and a master holds the VIP, the bootstrap's keepalived and
-// haproxy are stopped.
-func handoverStack(t *testing.T) handoverResult {
+// applianceHandoverCluster is TestRunBootstrapHandover's cluster.
+func applianceHandoverCluster(t *testing.T) *handoverCluster {
+	lab := netlabtest.New(t, netlab.Options{Nodes: 5, Name: "bhoapl"})
+	rc := startRunCluster(t, lab, 3)
+	waitHolder(t, lab.Nodes[:4], labVIP, 0, 30*time.Second, 2*time.Second)
+	return &handoverCluster{lab: lab, failFile: rc.failFile("bootstrap"), stop: func() {
+		_ = rc.procs["bootstrap"].Signal(syscall.SIGTERM)
+		_ = rc.procs["bootstrap"].Wait()
+	}}
+}
+
+// stackHandoverCluster is the same cluster the way OpenShift runs it:
+// keepalived on the bootstrap (40 + 50 while its apiserver answers
+// /readyz) and the masters (40 + 20 + 5), haproxy on every node to the
+// masters with the bootstrap as backup, VIP:6443 redirected to it. Its
+// teardown stops the bootstrap's keepalived, then its haproxy.
+func stackHandoverCluster(t *testing.T) *handoverCluster {
 	lab := netlabtest.New(t, netlab.Options{Nodes: 5, Name: "bhostk"})
 	ocp := &ocpStack{dir: t.TempDir()}
-	client := lab.Nodes[4]
 	names := []string{"bootstrap", "master-0", "master-1", "master-2"}
 	var masters []string
 	for _, n := range lab.Nodes[1:4] {
 		masters = append(masters, netip.AddrPortFrom(n.IPv4.Addr(), 6443).String())
 	}
 	boot := netip.AddrPortFrom(lab.Nodes[0].IPv4.Addr(), 6443).String()
-	failFile := filepath.Join(lab.Dir(), "fail-readyz-bootstrap")
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	stacks := make([]stackProcs, 4)
@@ -701,72 +747,100 @@ func handoverStack(t *testing.T) handoverResult {
 	waitHolder(t, lab.Nodes[:4], labVIP, 0, 30*time.Second, 2*time.Second)
 	// The masters' checks rise after 3 passes 2 s apart.
 	time.Sleep(8 * time.Second)
-	caller := startAPICaller(t, client, labVIP.String()+":6443", 20*time.Millisecond)
+	return &handoverCluster{lab: lab, failFile: filepath.Join(lab.Dir(), "fail-readyz-bootstrap"), stop: func() {
+		_ = stacks[0].keepalived.Stop(5 * time.Second)
+		_ = stacks[0].haproxy.Stop(5 * time.Second)
+	}}
+}
+
+// handover runs one bootstrap teardown on c with a client calling the API
+// through the VIP. With readyzFirst (the installer's way) the bootstrap's
+// apiserver stops answering /readyz first and its teardown waits for a
+// master to hold the VIP; otherwise it is torn down while it holds it.
+func handover(t *testing.T, c *handoverCluster, readyzFirst bool) handoverResult {
+	nodes := c.lab.Nodes[:4]
+	caller := startHandoverCaller(t, c.lab.Nodes[4], labVIP.String()+":6443", 20*time.Millisecond)
 	time.Sleep(time.Second)
-	if err := writeFileAt(failFile, "failing"); err != nil {
-		t.Fatal(err)
+	var took time.Duration
+	if readyzFirst {
+		if err := writeFileAt(c.failFile, "failing"); err != nil {
+			t.Fatal(err)
+		}
+		var m int
+		m, took = waitMaster(t, nodes, 30*time.Second)
+		waitHolder(t, nodes, labVIP, m, 15*time.Second, time.Second)
+		c.stop()
+	} else {
+		stopped := make(chan struct{})
+		go func() { c.stop(); close(stopped) }()
+		_, took = waitMaster(t, nodes, 30*time.Second)
+		<-stopped
 	}
-	m, took := waitMaster(t, lab.Nodes[:4], 30*time.Second)
-	waitHolder(t, lab.Nodes[:4], labVIP, m, 15*time.Second, time.Second)
-	_ = stacks[0].keepalived.Stop(5 * time.Second)
-	_ = stacks[0].haproxy.Stop(5 * time.Second)
 	time.Sleep(time.Second)
-	caller.close()
-	ok, _, failed, broken := caller.snapshot()
-	r := classify(ok, failed, broken)
+	r := caller.result()
 	r.takeover = took
-	logFailures(t, "stack", failed, broken)
 	return r
 }
 
-func logFailures(t *testing.T, name string, failed, broken []string) {
-	if len(failed)+len(broken) > 0 {
-		t.Logf("%s: failed calls:\n  %s", name, strings.Join(append(append([]string(nil), failed...), broken...), "\n  "))
-	}
-}
-
-// TestBenchRunHandover: failed client calls through a bootstrap handover,
+// TestBenchRunHandover: failed client calls through a bootstrap teardown,
 // `appliance run` on every node against keepalived + haproxy the way
-// OpenShift runs them; BENCH_RUNS (4) runs of each, alternating which
-// goes first.
+// OpenShift runs them; BENCH_RUNS (3) runs of each implementation and
+// scenario, alternating which implementation goes first. Scenario
+// "readyz first" is the installer's (the bootstrap's apiserver stops
+// answering /readyz, a master takes the VIP, the bootstrap's VIP service
+// is stopped); "stopped holding" stops the bootstrap's VIP service while
+// it still holds the VIP.
 //
-//	BENCH_RUNS=4 go test -count=1 -tags bench -run '^TestBenchRunHandover$' -v ./cmd/appliance
+//	BENCH_RUNS=3 go test -count=1 -tags bench -run '^TestBenchRunHandover$' -v ./cmd/appliance
 func TestBenchRunHandover(t *testing.T) {
 	netlabtest.RequireRoot(t)
-	runs := benchRunsOr(4)
-	scen := []struct {
-		name string
-		run  func(*testing.T) handoverResult
-		res  []handoverResult
-	}{{name: "appliance run", run: handoverAppliance}, {name: "keepalived + haproxy (OpenShift)", run: handoverStack}}
+	runs := benchRunsOr(3)
+	impls := []struct {
+		name  string
+		build func(*testing.T) *handoverCluster
+	}{{"appliance run", applianceHandoverCluster}, {"keepalived + haproxy (OpenShift)", stackHandoverCluster}}
+	scenarios := []struct {
+		name        string
+		readyzFirst bool
+	}{{"readyz first", true}, {"stopped holding", false}}
+	res := map[[2]int][]handoverResult{}
 	for i := range runs {
 		order := []int{0, 1}
 		if i%2 == 1 {
 			order = []int{1, 0}
 		}
-		for _, j := range order {
-			s := &scen[j]
-			t.Run(fmt.Sprintf("%s_%d", strings.Fields(s.name)[0], i), func(t *testing.T) {
-				r := s.run(t)
-				t.Logf("%s run %d: %d answered, %d could not connect, %d reset, %d other; a master held the VIP %s after /readyz failed (load average %s)",
-					s.name, i, r.ok, r.connFail, r.reset, r.other, r.takeover.Round(time.Millisecond), loadavg())
-				s.res = append(s.res, r)
-			})
+		for si, sc := range scenarios {
+			for _, ii := range order {
+				im := impls[ii]
+				t.Run(fmt.Sprintf("%s_%s_%d", strings.Fields(im.name)[0], strings.ReplaceAll(sc.name, " ", "_"), i), func(t *testing.T) {
+					r := handover(t, im.build(t), sc.readyzFirst)
+					t.Logf("%s, %s, run %d: %d answered (slowest %s), %d could not connect, %d reset, %d other; a master held the VIP %s after the event (load average %s)",
+						im.name, sc.name, i, r.ok, r.slowest.Round(time.Millisecond), r.connFail, r.reset, r.other, r.takeover.Round(time.Millisecond), loadavg())
+					if len(r.failures) > 0 {
+						t.Logf("failed calls:\n  %s", strings.Join(r.failures, "\n  "))
+					}
+					res[[2]int{ii, si}] = append(res[[2]int{ii, si}], r)
+				})
+			}
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nBootstrap handover, a call every 20 ms on a new connection through the VIP, %d runs each (load average %s)\n\n", runs, loadavg())
-	b.WriteString("| implementation | calls answered | could not connect (total, per run) | reset (total, per run) | other failures | /readyz failing → master holds the VIP (min / median / max) |\n|---|---|---|---|---|---|\n")
-	for _, s := range scen {
-		var ok, cf, rs, ot int
-		var cfs, rss []string
-		var took series
-		for _, r := range s.res {
-			ok, cf, rs, ot = ok+r.ok, cf+r.connFail, rs+r.reset, ot+r.other
-			cfs, rss = append(cfs, strconv.Itoa(r.connFail)), append(rss, strconv.Itoa(r.reset))
-			took = append(took, r.takeover)
+	fmt.Fprintf(&b, "\nBootstrap teardown, a call every 20 ms on a new connection through the VIP, %d runs each (load average %s)\n\n", runs, loadavg())
+	b.WriteString("| scenario | implementation | calls answered | could not connect (per run) | reset once connected (per run) | other failures | slowest answered call (per run) | event → a master holds the VIP (min / median / max) |\n|---|---|---|---|---|---|---|---|\n")
+	for si, sc := range scenarios {
+		for ii, im := range impls {
+			var ok, cf, rs, ot int
+			var cfs, rss, slow []string
+			var took series
+			for _, r := range res[[2]int{ii, si}] {
+				ok, cf, rs, ot = ok+r.ok, cf+r.connFail, rs+r.reset, ot+r.other
+				cfs, rss = append(cfs, strconv.Itoa(r.connFail)), append(rss, strconv.Itoa(r.reset))
+				slow = append(slow, ms(r.slowest))
+				took = append(took, r.takeover)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %d | %d (%s) | %d (%s) | %d | %s | %s |\n", sc.name, im.name, ok, cf, strings.Join(cfs, ", "),
+				rs, strings.Join(rss, ", "), ot, strings.Join(slow, ", "), took)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %d (%s) | %d (%s) | %d | %s |\n", s.name, ok, cf, strings.Join(cfs, ", "), rs, strings.Join(rss, ", "), ot, took)
 	}
 	t.Log(b.String())
 }
