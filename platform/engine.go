@@ -394,3 +394,43 @@ func WaitRunning(ctx context.Context, pr Provider, spec *Spec, every time.Durati
 			len(waiting), len(rows), strings.Join(waiting, ", "), ctx.Err())
 	}
 }
+
+// NodeVMs are the VMs among vms made for the named nodes: by the node their
+// mark records, or by name (<infraID>-<node>) for a VM whose mark records
+// none.
+func NodeVMs(vms []VM, infraID string, nodes []string) []VM {
+	var out []VM
+	for _, v := range vms {
+		if slices.ContainsFunc(nodes, func(n string) bool {
+			return v.Node == n || (v.Node == "" && v.Name == infraID+"-"+n)
+		}) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// DestroyNodes removes the VMs of infraID made for the named nodes, and what
+// each owns alone, leaving every other VM and what the cluster shares: how
+// `provision destroy --bootstrap` removes the bootstrap node once the
+// control plane is up. ready, when set, is asked first with every VM of
+// infraID and may refuse (an error) to remove anything yet.
+func DestroyNodes(ctx context.Context, pr Provider, infraID string, nodes []string, ready func([]VM) error) ([]string, error) {
+	if infraID == "" || len(nodes) == 0 {
+		return nil, errors.New("platform: destroy nodes: no infra ID or no node named")
+	}
+	vms, err := pr.List(ctx, infraID)
+	if err != nil {
+		return nil, fmt.Errorf("platform: list %s: %w", infraID, err)
+	}
+	sel := NodeVMs(vms, infraID, nodes)
+	if len(sel) == 0 {
+		return nil, nil
+	}
+	if ready != nil {
+		if err := ready(vms); err != nil {
+			return nil, err
+		}
+	}
+	return pr.DestroyVMs(ctx, infraID, sel)
+}

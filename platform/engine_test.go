@@ -121,6 +121,19 @@ func (f *fake) Start(_ context.Context, _ *Spec, m Machine) error {
 func (f *fake) Destroy(context.Context, string) ([]string, error) { return nil, nil }
 func (f *fake) Close() error                                      { return nil }
 
+func (f *fake) DestroyVMs(_ context.Context, _ string, vms []VM) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var lines []string
+	for _, v := range vms {
+		if _, ok := f.vms[v.Name]; ok {
+			delete(f.vms, v.Name)
+			lines = append(lines, "vm "+v.Name)
+		}
+	}
+	return lines, nil
+}
+
 func testSpec(workers int) *Spec {
 	s := &Spec{InfraID: "ocp4-x7k2p"}
 	add := func(node string, role cluster.Role) {
@@ -311,7 +324,7 @@ func TestLoadAssets(t *testing.T) {
 		{name: "not json", files: map[string]string{"bootstrap.ign": ign, "master.ign": "ignition: {}"}, wantErr: "master.ign: not an Ignition config (not JSON"},
 		{name: "spec 2", files: map[string]string{"bootstrap.ign": `{"ignition":{"version":"2.2.0"}}`, "master.ign": ign}, wantErr: "bootstrap.ign: Ignition spec 2.2.0"},
 		{name: "no version", files: map[string]string{"bootstrap.ign": `{"storage":{}}`, "master.ign": ign}, wantErr: "no ignition.version"},
-		{name: "too big", files: map[string]string{"bootstrap.ign": ign, "master.ign": strings.Repeat(" ", maxIgnitionSize+1)}, wantErr: "larger than"},
+		{name: "too big", files: map[string]string{"bootstrap.ign": ign, "master.ign": strings.Repeat(" ", maxAssetSize+1)}, wantErr: "larger than"},
 		{name: "bad metadata", files: map[string]string{"bootstrap.ign": ign, "master.ign": ign, "metadata.json": "{"}, wantErr: "metadata.json is not the installer's"},
 	}
 	for _, tc := range cases {
@@ -502,5 +515,35 @@ func TestApplyImageStagesSayWhoFetches(t *testing.T) {
 		if !slices.Contains(stages, tt.want) {
 			t.Errorf("image %+v: stages %q, want %q", tt.img, stages, tt.want)
 		}
+	}
+}
+
+// TestDestroyNodes: only the named nodes' VMs go, matched by their mark or,
+// without one, by name; ready may refuse before anything is removed.
+func TestDestroyNodes(t *testing.T) {
+	f := newFake()
+	spec := testSpec(2)
+	if _, err := Apply(context.Background(), f, spec, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.vms["ocp4-x7k2p-bootstrap"].Node = "" // a mark without the node: matched by name
+	refused := errors.New("not yet")
+	if lines, err := DestroyNodes(context.Background(), f, spec.InfraID, []string{"bootstrap"}, func([]VM) error { return refused }); !errors.Is(err, refused) || len(lines) != 0 || len(f.vms) != 6 {
+		t.Fatalf("refused: %v %v, %d VMs left", lines, err, len(f.vms))
+	}
+	lines, err := DestroyNodes(context.Background(), f, spec.InfraID, []string{"bootstrap"}, func(vms []VM) error {
+		if len(vms) != 6 {
+			return fmt.Errorf("ready saw %d VMs", len(vms))
+		}
+		return nil
+	})
+	if err != nil || !slices.Equal(lines, []string{"vm ocp4-x7k2p-bootstrap"}) {
+		t.Fatalf("DestroyNodes: %v %v", lines, err)
+	}
+	if len(f.vms) != 5 || f.vms["ocp4-x7k2p-master-0"] == nil || f.vms["ocp4-x7k2p-worker-1"] == nil {
+		t.Errorf("left %v", f.vms)
+	}
+	if lines, err := DestroyNodes(context.Background(), f, spec.InfraID, []string{"bootstrap"}, nil); err != nil || len(lines) != 0 {
+		t.Errorf("second run: %v %v, want nothing to do", lines, err)
 	}
 }

@@ -123,6 +123,12 @@ type Provider interface {
 	// templates, secrets, groups) and nothing else, and returns a line per
 	// removed resource.
 	Destroy(ctx context.Context, infraID string) ([]string, error)
+	// DestroyVMs removes the given VMs (as List reported them; each must
+	// carry infraID's mark) and what each owns alone: its disks, its
+	// Ignition volume or Secret. What the cluster's VMs share (the base
+	// image, a template, groups, tags) stays. It returns a line per removed
+	// resource; a VM already gone is not an error.
+	DestroyVMs(ctx context.Context, infraID string, vms []VM) ([]string, error)
 	// Close releases the connection.
 	Close() error
 }

@@ -24,10 +24,15 @@ type Assets struct {
 	InfraID string
 }
 
-// maxIgnitionSize bounds what is read: a bootstrap.ign is a few hundred KiB,
-// and platforms cap user data well below this (oVirt's custom script, a
-// Kubernetes Secret at 1 MiB).
-const maxIgnitionSize = 1 << 20
+// MaxIgnitionSize is the most a VM can be handed directly: platforms cap
+// user data about there (oVirt's custom script, a Kubernetes Secret at
+// 1 MiB). A larger config is served over HTTPS behind a pointer config
+// (bootstrap.ServeConfigs), which is the caller's to arrange.
+const MaxIgnitionSize = 1 << 20
+
+// maxAssetSize bounds what is read: a bootstrap.ign is a few hundred KiB, a
+// few MiB with large files embedded; anything near this is the wrong file.
+const maxAssetSize = 64 << 20
 
 // LoadAssets reads dir's <role>.ign for every role in roles, and
 // metadata.json when present. A missing or malformed config is an error that
@@ -71,12 +76,12 @@ func readIgnition(path string) ([]byte, error) {
 		return nil, fmt.Errorf("platform: assets: %w", err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxIgnitionSize+1))
+	data, err := io.ReadAll(io.LimitReader(f, maxAssetSize+1))
 	if err != nil {
 		return nil, fmt.Errorf("platform: assets: read %s: %w", path, err)
 	}
-	if len(data) > maxIgnitionSize {
-		return nil, fmt.Errorf("platform: assets: %s is larger than %d bytes; serve it over HTTP and give a pointer config instead", path, maxIgnitionSize)
+	if len(data) > maxAssetSize {
+		return nil, fmt.Errorf("platform: assets: %s is larger than %d MiB; is it the installer's Ignition config?", path, maxAssetSize>>20)
 	}
 	if err := checkIgnition(data); err != nil {
 		return nil, fmt.Errorf("platform: assets: %s: %w", path, err)

@@ -30,6 +30,8 @@ type provisionFlags struct {
 	noStart   bool
 	wait      time.Duration // status --wait
 	applyWait time.Duration // apply --wait
+	ign       ignitionFlags
+	bootstrap bool // destroy --bootstrap
 }
 
 func newProvisionCmd(g *globalFlags) *cobra.Command {
@@ -61,6 +63,9 @@ never from flags or appliance.yaml.`,
 	apply.Flags().IntVar(&pf.parallel, "parallel", 0, "VMs built at once (default provision.parallel)")
 	apply.Flags().BoolVar(&pf.noStart, "no-start", false, "create the VMs but leave them powered off")
 	apply.Flags().DurationVar(&pf.applyWait, "wait", 0, "after starting, wait up to this long until every VM runs and reports its expected address (e.g. 15m); 0 does not wait")
+	apply.Flags().StringVar(&pf.ign.image, "image", "", "the appliance image the nodes run, as for 'appliance ignition --image' (registry/appliance@sha256:...)")
+	apply.Flags().BoolVar(&pf.ign.noInject, "no-inject", false, "boot the installer's Ignition as it is, without the appliance's static pod and files")
+	apply.Flags().StringVar(&pf.ign.serve, "serve-ignition", "", "ADDR:PORT of this machine, reachable from the VMs, to serve a config too large for the platform over HTTPS (the VM gets a pointer); runs while apply does")
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show each VM's power state and reported addresses",
@@ -68,11 +73,13 @@ never from flags or appliance.yaml.`,
 		RunE:  pf.run(true, pf.runStatus),
 	}
 	status.Flags().DurationVar(&pf.wait, "wait", 0, "wait up to this long for every VM to report an address (e.g. 10m)")
+	destroy := &cobra.Command{Use: "destroy", Short: "Remove every resource carrying the cluster's infra ID, and nothing else", Args: cobra.NoArgs, RunE: pf.run(false, pf.runDestroy)}
+	destroy.Flags().BoolVar(&pf.bootstrap, "bootstrap", false, "remove only the bootstrap VM and what it owns (its disks, its Ignition), once every master runs, as 'openshift-install destroy bootstrap' does")
 	cmd.AddCommand(
 		&cobra.Command{Use: "plan", Short: "Print what apply would create and what already exists", Args: cobra.NoArgs, RunE: pf.run(true, pf.runPlan)},
 		apply,
 		status,
-		&cobra.Command{Use: "destroy", Short: "Remove every resource carrying the cluster's infra ID, and nothing else", Args: cobra.NoArgs, RunE: pf.run(false, pf.runDestroy)},
+		destroy,
 	)
 	return cmd
 }
@@ -243,6 +250,18 @@ func (pf *provisionFlags) runApply(ctx context.Context, cmd *cobra.Command, s *s
 	if pf.applyWait > 0 && pf.noStart {
 		return errors.New("provision apply: --wait waits for the VMs to run, and --no-start leaves them off; give one of them")
 	}
+	// The appliance goes into copies of the assets; a config too large for
+	// the platform is served from here while apply runs.
+	boot, err := prepareIgnition(s.spec, s.cfg, pf.ign, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer boot.close()
+	if boot.server != nil {
+		for _, r := range boot.served {
+			fmt.Fprintf(out, "serving the %s Ignition at %s (CA generated for this run, in the VM's pointer config)\n", r, boot.server.ConfigURL(r))
+		}
+	}
 	// Check before creating anything: a missing namespace, network or
 	// storage class would otherwise surface half-way, or never.
 	if err := checkPlatform(ctx, out, s); err != nil {
@@ -280,20 +299,49 @@ func (pf *provisionFlags) runApply(ctx context.Context, cmd *cobra.Command, s *s
 	if err != nil {
 		return fmt.Errorf("provision apply: %w\nrun 'appliance provision apply' again to resume", err)
 	}
-	if pf.applyWait <= 0 || pf.noStart {
+	var awaiting []cluster.Role
+	if boot.server != nil {
+		awaiting = boot.awaiting(s.spec, res)
+	}
+	if pf.noStart {
+		if len(awaiting) > 0 {
+			fmt.Fprintf(out, "warning: the VMs are off, and the Ignition server stops now; their pointers carry this run's CA, so destroy them before the next apply serves again\n")
+		}
 		return nil
 	}
-	fmt.Fprintf(out, "\nwaiting up to %s for every VM to run and report its address:\n", pf.applyWait)
-	wctx, cancel := context.WithTimeout(ctx, pf.applyWait)
-	defer cancel()
-	wp := newWaitProgress(out, names)
-	rows, err := platform.WaitRunning(wctx, s.pr, s.spec, 2*time.Second, wp.event)
-	wp.close()
-	if err != nil {
-		return fmt.Errorf("provision apply: %w\n'appliance provision status' shows them; the VMs stay as they are", err)
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if pf.applyWait > 0 {
+		wctx, cancel = context.WithTimeout(ctx, pf.applyWait)
 	}
-	fmt.Fprintf(out, "all %d VMs running with their addresses.\n", len(rows))
+	defer cancel()
+	if pf.applyWait > 0 {
+		fmt.Fprintf(out, "\nwaiting up to %s for every VM to run and report its address:\n", pf.applyWait)
+		wp := newWaitProgress(out, names)
+		rows, err := platform.WaitRunning(wctx, s.pr, s.spec, 2*time.Second, wp.event)
+		wp.close()
+		if err != nil {
+			return fmt.Errorf("provision apply: %w\n'appliance provision status' shows them; the VMs stay as they are", err)
+		}
+		fmt.Fprintf(out, "all %d VMs running with their addresses.\n", len(rows))
+	}
+	if len(awaiting) > 0 {
+		// The VMs just built fetch their config at first boot, and only
+		// from this server: it stays up until each role was fetched.
+		fmt.Fprintf(out, "serving Ignition until the %s VMs have fetched it (Ctrl-C stops)...\n", joinRoles(awaiting))
+		if err := boot.server.WaitFetched(wctx, awaiting); err != nil {
+			return fmt.Errorf("provision apply: the %s VMs did not fetch their Ignition from %s: %w\ncheck that the VMs reach that address; they retry, so destroy them (the pointer carries this run's CA) and apply again", joinRoles(awaiting), pf.ign.serve, err)
+		}
+		fmt.Fprintln(out, "every served Ignition config was fetched.")
+	}
 	return nil
+}
+
+func joinRoles(rs []cluster.Role) string {
+	ss := make([]string, len(rs))
+	for i, r := range rs {
+		ss[i] = string(r)
+	}
+	return strings.Join(ss, ", ")
 }
 
 func (pf *provisionFlags) runStatus(ctx context.Context, cmd *cobra.Command, s *session) error {
@@ -339,6 +387,9 @@ func printStatus(w io.Writer, rows []platform.StatusRow, stray []platform.VM) {
 }
 
 func (pf *provisionFlags) runDestroy(ctx context.Context, cmd *cobra.Command, s *session) error {
+	if pf.bootstrap {
+		return pf.runDestroyBootstrap(ctx, cmd, s)
+	}
 	removed, err := s.pr.Destroy(ctx, s.spec.InfraID)
 	out := cmd.OutOrStdout()
 	for _, r := range removed {
@@ -353,6 +404,53 @@ func (pf *provisionFlags) runDestroy(ctx context.Context, cmd *cobra.Command, s 
 			fmt.Fprint(out, " (if apply read the infra ID from metadata.json, give --assets DIR)")
 		}
 		fmt.Fprintln(out)
+	}
+	return nil
+}
+
+// runDestroyBootstrap removes the bootstrap nodes' VMs, and only them, once
+// every master's VM runs: the control plane no longer needs the bootstrap
+// node after 'openshift-install wait-for bootstrap-complete'.
+func (pf *provisionFlags) runDestroyBootstrap(ctx context.Context, cmd *cobra.Command, s *session) error {
+	var boots, masters []string
+	for _, n := range s.cfg.Nodes {
+		switch n.Role {
+		case cluster.RoleBootstrap:
+			boots = append(boots, n.Name)
+		case cluster.RoleMaster:
+			masters = append(masters, n.Name)
+		}
+	}
+	out := cmd.OutOrStdout()
+	if len(boots) == 0 {
+		fmt.Fprintf(out, "%s lists no bootstrap node: nothing to remove\n", pf.config)
+		return nil
+	}
+	ready := func(vms []platform.VM) error {
+		var down []string
+		for _, m := range masters {
+			got := platform.NodeVMs(vms, s.spec.InfraID, []string{m})
+			switch {
+			case len(got) == 0:
+				down = append(down, m+" (absent)")
+			case got[0].Power != platform.PowerRunning:
+				down = append(down, fmt.Sprintf("%s (%s)", m, got[0].Power))
+			}
+		}
+		if len(down) > 0 {
+			return fmt.Errorf("the control plane is not up, so the bootstrap node is still needed: %s; run it after 'openshift-install wait-for bootstrap-complete'", strings.Join(down, ", "))
+		}
+		return nil
+	}
+	removed, err := platform.DestroyNodes(ctx, s.pr, s.spec.InfraID, boots, ready)
+	for _, r := range removed {
+		fmt.Fprintln(out, "removed", r)
+	}
+	if err != nil {
+		return fmt.Errorf("provision destroy --bootstrap: %w", err)
+	}
+	if len(removed) == 0 {
+		fmt.Fprintf(out, "no VM of %s (infra ID %s) on %s\n", strings.Join(boots, ", "), s.spec.InfraID, platformWhere(s.cfg.Provision))
 	}
 	return nil
 }

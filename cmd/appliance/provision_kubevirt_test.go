@@ -16,6 +16,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"appliance/bootstrap"
 	"appliance/platform/kubevirt"
 	"appliance/platform/kubevirt/kubevirttest"
 )
@@ -99,7 +100,7 @@ provision:
 	if !strings.Contains(out, "6 to create, 0 to complete, 0 exist.") {
 		t.Errorf("plan output:\n%s", out)
 	}
-	out, err = runCmd(t, "provision", "--config", bad, "--assets", assets, "apply")
+	out, err = runCmd(t, "provision", "--config", bad, "--assets", assets, "apply", "--image", testImageRef)
 	if err == nil || !strings.Contains(err.Error(), "nothing created") || strings.Contains(out, "created,") {
 		t.Errorf("apply with refusals: %v\n%s", err, out)
 	}
@@ -110,7 +111,7 @@ provision:
 	// A good apply, as a process with a JSON log; KubeVirt is not there to
 	// run the VMs, so --wait ends by naming them.
 	good := config("good.yaml", ns, "machine-net", kubevirttest.StorageClass)
-	cmd := exec.Command(selfExe(t), "--log-format", "json", "provision", "--config", good, "--assets", assets, "apply", "--wait", "3s")
+	cmd := exec.Command(selfExe(t), "--log-format", "json", "provision", "--config", good, "--assets", assets, "apply", "--image", testImageRef, "--wait", "3s")
 	cmd.Env = append(os.Environ(), envRunMain+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -148,12 +149,49 @@ provision:
 		t.Errorf("golden image digest annotation %q", got)
 	}
 
+	// Each VM boots its asset with the appliance put in (--image).
+	for _, node := range []string{"bootstrap", "master-0", "worker-1"} {
+		sec := &corev1.Secret{}
+		if err := srv.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kv-x7k2p-" + node + "-ignition"}, sec); err != nil {
+			t.Fatal(err)
+		}
+		if ud := sec.Data["userdata"]; !bytes.Contains(ud, []byte(`"path":"`+bootstrap.StaticPodPath+`"`)) {
+			t.Errorf("%s's Ignition (%d bytes) lacks the appliance's static pod", node, len(ud))
+		}
+	}
+
 	out, err = runCmd(t, "provision", "--config", good, "--assets", assets, "status")
 	if err != nil || strings.Count(out, "starting") != 6 {
 		t.Errorf("status: %v\n%s", err, out)
 	}
+
+	// destroy --bootstrap waits for the control plane: refused while the
+	// masters only start, done once they run; then only the bootstrap's
+	// VM and Secret are gone.
+	out, err = runCmd(t, "provision", "--config", good, "--assets", assets, "destroy", "--bootstrap")
+	if err == nil || !strings.Contains(err.Error(), "control plane is not up") || !strings.Contains(err.Error(), "master-2 (starting)") || len(ours()) != 12 {
+		t.Errorf("destroy --bootstrap before the masters run: %v\n%s", err, out)
+	}
+	for _, m := range []string{"master-0", "master-1", "master-2"} {
+		vm := &kubevirtv1.VirtualMachine{}
+		if err := srv.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kv-x7k2p-" + m}, vm); err != nil {
+			t.Fatal(err)
+		}
+		vm.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusRunning
+		if err := srv.Client.Status().Update(ctx, vm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = runCmd(t, "provision", "--config", good, "--assets", assets, "destroy", "--bootstrap")
+	if err != nil || !strings.Contains(out, "removed virtualmachine "+ns+"/kv-x7k2p-bootstrap") || !strings.Contains(out, "removed secret "+ns+"/kv-x7k2p-bootstrap-ignition") {
+		t.Errorf("destroy --bootstrap: %v\n%s", err, out)
+	}
+	if left := ours(); len(left) != 10 || strings.Contains(strings.Join(left, " "), "bootstrap") {
+		t.Errorf("left after destroy --bootstrap: %v", left)
+	}
+
 	out, err = runCmd(t, "provision", "--config", good, "--assets", assets, "destroy")
-	if err != nil || strings.Count(out, "removed virtualmachine "+ns+"/kv-x7k2p-") != 6 {
+	if err != nil || strings.Count(out, "removed virtualmachine "+ns+"/kv-x7k2p-") != 5 {
 		t.Errorf("destroy: %v\n%s", err, out)
 	}
 	if left := ours(); len(left) != 0 {

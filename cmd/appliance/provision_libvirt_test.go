@@ -136,7 +136,7 @@ provision:
 	}
 
 	// An apply killed as soon as it has begun its first VM.
-	kill := exec.Command(selfExe(t), append([]string{"--log-format", "text"}, append(args, "apply")...)...)
+	kill := exec.Command(selfExe(t), append([]string{"--log-format", "text"}, append(args, "apply", "--image", testImageRef)...)...)
 	kill.Env = append(os.Environ(), envRunMain+"=1")
 	var killOut bytes.Buffer
 	kill.Stdout, kill.Stderr = &killOut, &killOut
@@ -166,7 +166,7 @@ provision:
 	domsMid, volsMid := inventory(t, raw, pool)
 	t.Logf("left by the killed apply: domains %v volumes %v", domsMid, volsMid)
 
-	out, err = runCmd(t, append(args, "apply", "--parallel", "4")...)
+	out, err = runCmd(t, append(args, "apply", "--image", testImageRef, "--parallel", "4")...)
 	if err != nil {
 		t.Fatalf("resumed apply: %v\n%s", err, out)
 	}
@@ -203,12 +203,44 @@ provision:
 		t.Errorf("status --wait: %v\n%s", err, out)
 	}
 
-	out, err = runCmd(t, append(args, "apply")...)
+	out, err = runCmd(t, append(args, "apply", "--image", testImageRef)...)
 	if err != nil || !strings.Contains(out, "0 created, 0 completed, 6 already there, 0 started") {
 		t.Errorf("second apply: %v\n%s", err, out)
 	}
 	if doms, vols := inventory(t, raw, pool); !slices.Equal(doms, domsAfter) || !slices.Equal(vols, volsAfter) {
 		t.Errorf("second apply changed the inventory: %v %v", doms, vols)
+	}
+
+	// destroy --bootstrap: the bootstrap domain and the two volumes it
+	// owns go; the masters and workers keep running, the base image stays.
+	out, err = runCmd(t, append(args, "destroy", "--bootstrap")...)
+	if err != nil || !strings.Contains(out, "undefined domain "+infra+"-bootstrap") {
+		t.Fatalf("destroy --bootstrap: %v\n%s", err, out)
+	}
+	doms, vols := inventory(t, raw, pool)
+	if len(doms) != len(domsAfter)-1 || slices.Contains(doms, infra+"-bootstrap") || len(vols) != len(volsAfter)-2 ||
+		slices.ContainsFunc(vols, func(v string) bool { return strings.Contains(v, "bootstrap") }) {
+		t.Errorf("after destroy --bootstrap: domains %v volumes %v\n%s", doms, vols, out)
+	}
+	out, err = runCmd(t, append(args, "status")...)
+	for _, n := range cfg.Nodes {
+		line := ""
+		for l := range strings.Lines(out) {
+			if strings.HasPrefix(l, n.Name+" ") {
+				line = l
+			}
+		}
+		if want := "running"; n.Role == cluster.RoleBootstrap {
+			want = "absent"
+			if !strings.Contains(line, want) {
+				t.Errorf("status for %s after destroy --bootstrap: %q, want %s", n.Name, line, want)
+			}
+		} else if !strings.Contains(line, want) {
+			t.Errorf("status for %s after destroy --bootstrap: %q, want %s (%v)", n.Name, line, want, err)
+		}
+	}
+	if out, err = runCmd(t, append(args, "destroy", "--bootstrap")...); err != nil || !strings.Contains(out, "no VM of bootstrap") {
+		t.Errorf("second destroy --bootstrap: %v\n%s", err, out)
 	}
 
 	out, err = runCmd(t, append(args, "destroy")...)

@@ -117,7 +117,7 @@ func checkMachine(spec *platform.Spec, m platform.Machine, opts Options) error {
 		return fmt.Errorf("kubevirt: node %s: MAC %q is not a 48-bit address", m.Node, m.MAC)
 	}
 	if len(m.Ignition) > maxSecretBytes {
-		return fmt.Errorf("kubevirt: node %s: Ignition from %s is %d bytes, over the %d-byte Secret limit; serve it over HTTP and pass a pointer config", m.Node, m.IgnitionSource, len(m.Ignition), maxSecretBytes)
+		return fmt.Errorf("kubevirt: node %s: Ignition from %s is %d bytes, over the %d-byte Secret limit; give `appliance provision apply --serve-ignition ADDR:PORT` to serve it over HTTPS behind a small pointer config", m.Node, m.IgnitionSource, len(m.Ignition), maxSecretBytes)
 	}
 	return nil
 }

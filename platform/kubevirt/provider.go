@@ -23,8 +23,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -594,7 +596,41 @@ func (p *Provider) Destroy(ctx context.Context, infraID string) ([]string, error
 	if infraID == "" {
 		return nil, errors.New("kubevirt: destroy: empty infra ID")
 	}
-	sel := []client.ListOption{client.InNamespace(p.opts.Namespace), client.MatchingLabels{LabelInfraID: infraID}}
+	return p.destroy(ctx, infraID, client.MatchingLabels{LabelInfraID: infraID})
+}
+
+// DestroyVMs removes the VMs of vms' nodes and every object labelled with
+// the infra ID and one of those nodes: the VM, its root disk DataVolume and
+// PVC, its Ignition Secret. The golden image, labelled with no node, stays.
+func (p *Provider) DestroyVMs(ctx context.Context, infraID string, vms []platform.VM) ([]string, error) {
+	if infraID == "" {
+		return nil, errors.New("kubevirt: destroy: empty infra ID")
+	}
+	var nodes []string
+	for _, v := range vms {
+		if v.Node == "" {
+			return nil, fmt.Errorf("kubevirt: destroy: VM %s has no %s label; remove it with kubectl", v.Name, LabelNode)
+		}
+		nodes = append(nodes, v.Node)
+	}
+	if len(nodes) == 0 {
+		return nil, nil
+	}
+	infra, err := labels.NewRequirement(LabelInfraID, selection.Equals, []string{infraID})
+	if err != nil {
+		return nil, fmt.Errorf("kubevirt: destroy: %w", err)
+	}
+	node, err := labels.NewRequirement(LabelNode, selection.In, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("kubevirt: destroy: nodes %v: %w", nodes, err)
+	}
+	return p.destroy(ctx, infraID, client.MatchingLabelsSelector{Selector: labels.NewSelector().Add(*infra, *node)})
+}
+
+// destroy deletes infraID's VMs, DataVolumes, Secrets and PVCs that match,
+// then waits until they are gone.
+func (p *Provider) destroy(ctx context.Context, infraID string, match client.ListOption) ([]string, error) {
+	sel := []client.ListOption{client.InNamespace(p.opts.Namespace), match}
 	var lines []string
 	// Foreground for VMs: the VM object stays until its instance and the
 	// DataVolumes it owns are gone, so waiting for VMs waits for those.

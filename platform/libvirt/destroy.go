@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
+
+	"appliance/platform"
 )
 
 // destroyParallel bounds how many domains Destroy removes at once.
@@ -140,4 +143,33 @@ func (p *Provider) destroyOne(s destroyStep) ([]string, error) {
 	}
 	lines = append(lines, "undefined domain "+s.Domain)
 	return lines, nil
+}
+
+// DestroyVMs removes the node domains named by vms that carry infraID's
+// mark, each with exactly the volumes its mark lists (its overlay and its
+// Ignition volume); the base image and its marker stay for the others.
+func (p *Provider) DestroyVMs(ctx context.Context, infraID string, vms []platform.VM) ([]string, error) {
+	if infraID == "" {
+		return nil, errors.New("libvirt: destroy: infraID is empty")
+	}
+	_, view, err := p.allMarked()
+	if err != nil {
+		return nil, err
+	}
+	var lines []string
+	var errs []error
+	for _, s := range planDestroy(view, infraID) {
+		if s.Kind != kindNode || !slices.ContainsFunc(vms, func(v platform.VM) bool { return v.Name == s.Domain }) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return lines, errors.Join(append(errs, err)...)
+		}
+		got, err := p.destroyOne(s)
+		lines = append(lines, got...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return lines, errors.Join(errs...)
 }

@@ -561,6 +561,44 @@ func (p *Provider) Destroy(ctx context.Context, infraID string) ([]string, error
 	return lines, nil
 }
 
+// DestroyVMs removes the VMs among vms that carry infraID's mark or tag,
+// each powered off and removed with its disks (its Ignition is in its
+// initialization, gone with it). The template, base image disk, affinity
+// groups and tag stay for the VMs left.
+func (p *Provider) DestroyVMs(ctx context.Context, infraID string, vms []platform.VM) ([]string, error) {
+	owned, err := p.ownedVMs(ctx, infraID)
+	if err != nil {
+		return nil, p.s.err(fmt.Errorf("ovirt: destroy %s: %w", infraID, err))
+	}
+	var (
+		mu    sync.Mutex
+		lines []string
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(p.opts.Workers)
+	for _, o := range owned {
+		if o.m.Role == roleBuilder || !slices.ContainsFunc(vms, func(v platform.VM) bool { return v.Name == o.vm.Name() }) {
+			continue
+		}
+		g.Go(func() error {
+			if err := p.removeVM(gctx, o.vm); err != nil {
+				return err
+			}
+			mu.Lock()
+			lines = append(lines, "vm "+o.vm.Name())
+			mu.Unlock()
+			p.log.Info("removed", "object", "vm "+o.vm.Name())
+			return nil
+		})
+	}
+	err = g.Wait()
+	slices.Sort(lines)
+	if err != nil {
+		return lines, p.s.err(fmt.Errorf("ovirt: destroy %s: %w", infraID, err))
+	}
+	return lines, nil
+}
+
 func (p *Provider) destroy(ctx context.Context, infraID string) ([]string, error) {
 	e := p.eng(ctx)
 	vms, err := p.ownedVMs(ctx, infraID)

@@ -1,0 +1,65 @@
+package ovirt
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"appliance/platform"
+)
+
+// TestDestroyBootstrapOnly: `provision destroy --bootstrap` through the
+// engine removes the bootstrap VM with its disk, NIC and tag link; the
+// masters and workers keep running (or starting, in the mock), and the template, image disk, tag and
+// affinity groups stay.
+func TestDestroyBootstrapOnly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *Options) { o.Affinity.Soft = true }) // the mock has one host
+	ctx := context.Background()
+	spec := noResize(testSpec(t, 2))
+	if _, err := platform.Apply(ctx, e.p, spec, platform.ApplyOptions{Parallel: 4}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.inventory(t)
+	boot := spec.Machines[0].Name
+	vm, err := e.mock.GetVMByName(boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	atts, _ := e.mock.ListDiskAttachments(vm.ID())
+
+	lines, err := platform.DestroyNodes(ctx, e.p, infraID, []string{"bootstrap"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(lines, []string{"vm " + boot}) {
+		t.Errorf("lines %v", lines)
+	}
+	after := e.inventory(t)
+	want := before
+	want.VMs--
+	want.NICs--
+	want.VMTags--
+	want.Disks -= len(atts)
+	if after.GroupMembers != before.GroupMembers { // the engine drops a removed VM from its groups
+		want.GroupMembers = after.GroupMembers
+	}
+	if after != want || len(atts) == 0 {
+		t.Errorf("after destroy --bootstrap:\n%+v\nwant\n%+v (the bootstrap had %d disks)", after, want, len(atts))
+	}
+	vms, err := e.p.List(ctx, infraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vms) != len(spec.Machines)-1 {
+		t.Errorf("%d VMs left, want %d", len(vms), len(spec.Machines)-1)
+	}
+	for _, v := range vms {
+		if v.Name == boot || (v.Power != platform.PowerRunning && v.Power != platform.PowerStarting) {
+			t.Errorf("%s is %s after destroy --bootstrap", v.Name, v.Power)
+		}
+	}
+	if lines, err := platform.DestroyNodes(ctx, e.p, infraID, []string{"bootstrap"}, nil); err != nil || len(lines) != 0 {
+		t.Errorf("again: %v %v", lines, err)
+	}
+}
