@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -196,5 +202,84 @@ provision:
 	}
 	if left := ours(); len(left) != 0 {
 		t.Errorf("left after destroy: %v", left)
+	}
+
+	// A bootstrap.ign over a Secret's 1 MiB: apply serves it and waits
+	// until the VM fetches it. The test fetches as the VM would, from the
+	// pointer in the Secret, trusting only the CA the pointer carries.
+	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 1<<20))
+	if err := writeFileAt(filepath.Join(assets, "bootstrap.ign"), `{"ignition":{"version":"3.2.0"},"storage":{"files":[{"path":"/etc/big","contents":{"source":"data:;base64,`+big+`"}}]}}`); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCmd(t, "provision", "--config", good, "--assets", assets, "apply", "--image", testImageRef)
+	if err == nil || !strings.Contains(err.Error(), "--serve-ignition") || len(ours()) != 0 {
+		t.Errorf("apply of a large bootstrap.ign without --serve-ignition: %v\n%s", err, out)
+	}
+	type result struct {
+		out string
+		err error
+	}
+	// A process of its own: in this one, its client-go would set klog's
+	// logger while the test's client reads it.
+	done := make(chan result, 1)
+	serve := exec.Command(selfExe(t), "--log-format", "text", "provision", "--config", good, "--assets", assets, "apply", "--image", testImageRef, "--serve-ignition", "127.0.0.1:0")
+	serve.Env = append(os.Environ(), envRunMain+"=1")
+	var serveOut bytes.Buffer
+	serve.Stdout, serve.Stderr = &serveOut, &serveOut
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { serve.Process.Kill() })
+	go func() {
+		err := serve.Wait()
+		done <- result{serveOut.String(), err}
+	}()
+	var pointer []byte
+	for deadline := time.Now().Add(time.Minute); pointer == nil && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		sec := &corev1.Secret{}
+		if err := srv.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kv-x7k2p-bootstrap-ignition"}, sec); err == nil {
+			pointer = sec.Data["userdata"]
+		}
+	}
+	if len(pointer) == 0 || len(pointer) > 4096 {
+		t.Fatalf("the bootstrap's Secret holds %d bytes, want a small pointer", len(pointer))
+	}
+	var ptr struct {
+		Ignition struct {
+			Config   struct{ Replace struct{ Source string } }
+			Security struct{ TLS struct{ CertificateAuthorities []struct{ Source string } } }
+		}
+	}
+	if err := json.Unmarshal(pointer, &ptr); err != nil || len(ptr.Ignition.Security.TLS.CertificateAuthorities) != 1 {
+		t.Fatalf("pointer %s: %v", pointer, err)
+	}
+	caPEM, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(ptr.Ignition.Security.TLS.CertificateAuthorities[0].Source, "data:;base64,"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	req, _ := http.NewRequest("GET", ptr.Ignition.Config.Replace.Source, nil)
+	req.Header.Set("Accept", "application/vnd.coreos.ignition+json;version=3.3.0, */*;q=0.1")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "application/vnd.coreos.ignition+json;version=3.3.0" || len(body) < 1<<20 || !bytes.Contains(body, []byte(bootstrap.StaticPodPath)) {
+		t.Errorf("served %s, %q, %d bytes; want the whole config at 3.3.0 with the appliance's files", resp.Status, resp.Header.Get("Content-Type"), len(body))
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || !strings.Contains(r.out, "every served Ignition config was fetched") || !strings.Contains(r.out, "serving the bootstrap Ignition at https://127.0.0.1:") {
+			t.Errorf("apply --serve-ignition: %v\n%s", r.err, r.out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("apply still serving after the bootstrap's config was fetched")
+	}
+	if out, err := runCmd(t, "provision", "--config", good, "--assets", assets, "destroy"); err != nil {
+		t.Errorf("destroy: %v\n%s", err, out)
 	}
 }
