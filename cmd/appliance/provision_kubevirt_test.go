@@ -247,7 +247,9 @@ provision:
 	var ptr struct {
 		Ignition struct {
 			Config   struct{ Replace struct{ Source string } }
-			Security struct{ TLS struct{ CertificateAuthorities []struct{ Source string } } }
+			Security struct {
+				TLS struct{ CertificateAuthorities []struct{ Source string } }
+			}
 		}
 	}
 	if err := json.Unmarshal(pointer, &ptr); err != nil || len(ptr.Ignition.Security.TLS.CertificateAuthorities) != 1 {
