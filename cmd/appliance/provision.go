@@ -450,7 +450,11 @@ func (pf *provisionFlags) runDestroyBootstrap(ctx context.Context, cmd *cobra.Co
 		return fmt.Errorf("provision destroy --bootstrap: %w", err)
 	}
 	if len(removed) == 0 {
-		fmt.Fprintf(out, "no VM of %s (infra ID %s) on %s\n", strings.Join(boots, ", "), s.spec.InfraID, platformWhere(s.cfg.Provision))
+		fmt.Fprintf(out, "no VM of %s (infra ID %s) on %s", strings.Join(boots, ", "), s.spec.InfraID, platformWhere(s.cfg.Provision))
+		if pf.assets == "" {
+			fmt.Fprint(out, " (if apply read the infra ID from metadata.json, give --assets DIR)")
+		}
+		fmt.Fprintln(out)
 	}
 	return nil
 }
