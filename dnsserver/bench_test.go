@@ -93,6 +93,7 @@ func benchQueries() string {
 // benchRun is one server's figures in one round.
 type benchRun struct {
 	maxQPS   float64 // unlimited rate, -q 200
+	perCPU   float64 // queries answered per CPU second the server used in that run
 	latQPS   float64 // at 80% of this round's maxQPS
 	lost     int     // in the latency run
 	p50, p99 time.Duration
@@ -205,20 +206,24 @@ func TestBenchDNS(t *testing.T) {
 		for i := range procs {
 			p := procs[(i+round)%len(procs)]
 			var r benchRun
+			cpu0 := procCPU(p.cmd.Process.Pid)
 			r.maxQPS, _, _, _ = runDNSPerf(t, p.port, qfile, benchSecs, 0, false)
+			if used := procCPU(p.cmd.Process.Pid) - cpu0; used > 0 {
+				r.perCPU = r.maxQPS * benchSecs / used
+			}
 			r.latQPS, r.lost, r.p50, r.p99 = runDNSPerf(t, p.port, qfile, benchLatSecs, int(r.maxQPS*benchLoadShare), true)
 			p.runs = append(p.runs, r)
-			t.Logf("round %d %s: max %.0f qps; at %.0f qps p50 %v p99 %v lost %d", round+1, p.name, r.maxQPS, r.latQPS, r.p50, r.p99, r.lost)
+			t.Logf("round %d %s: max %.0f qps (%.0f per CPU second); at %.0f qps p50 %v p99 %v lost %d", round+1, p.name, r.maxQPS, r.perCPU, r.latQPS, r.p50, r.p99, r.lost)
 		}
 	}
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nDNS: servers on CPU %s (taskset), dnsperf on CPU %s -c 4 -q 200 over loopback; max qps: %d s unlimited; latency: %d s at %.0f%% of that round's max (-v);\n%d rounds, order rotated per round; min–max (median) over rounds; %d-name mix of cluster names (api, api-int, *.apps, nodes, short name, PTR); load average before %s, after %s\n\n",
 		benchServerCPU, benchClientCPU, benchSecs, benchLatSecs, benchLoadShare*100, benchRounds, strings.Count(benchQueries(), "\n"), loadBefore, load())
-	b.WriteString("| server | max qps | p50 @80% | p99 @80% | lost @80% | peak RSS |\n|---|---|---|---|---|---|\n")
-	medMax := map[string]float64{}
+	b.WriteString("| server | max qps | queries per CPU second | p50 @80% | p99 @80% | lost @80% | peak RSS | RssAnon after |\n|---|---|---|---|---|---|---|---|\n")
+	medMax, medPerCPU := map[string]float64{}, map[string]float64{}
 	for _, p := range procs {
-		_, peak := procRSS(p.cmd.Process.Pid)
+		_, peak, anon := procRSS(p.cmd.Process.Pid)
 		f := func(get func(benchRun) float64, format func(float64) string) string {
 			v := make([]float64, 0, len(p.runs))
 			for _, r := range p.runs {
@@ -234,14 +239,16 @@ func TestBenchDNS(t *testing.T) {
 			lost += r.lost
 		}
 		medMax[p.name] = medianOf(p.runs, func(r benchRun) float64 { return r.maxQPS })
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d MiB |\n", p.name,
+		medPerCPU[p.name] = medianOf(p.runs, func(r benchRun) float64 { return r.perCPU })
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d MiB | %d MiB |\n", p.name,
 			f(func(r benchRun) float64 { return r.maxQPS }, qps),
+			f(func(r benchRun) float64 { return r.perCPU }, qps),
 			f(func(r benchRun) float64 { return float64(r.p50) }, dur),
-			f(func(r benchRun) float64 { return float64(r.p99) }, dur), lost, peak/1024)
+			f(func(r benchRun) float64 { return float64(r.p99) }, dur), lost, peak/1024, anon/1024)
 	}
 	if a, ok := medMax["appliance"]; ok {
 		for _, p := range procs[1:] {
-			fmt.Fprintf(&b, "\nappliance / %s: median max qps %.2fx", p.name, a/medMax[p.name])
+			fmt.Fprintf(&b, "\nappliance / %s: median max qps %.2fx, median queries per CPU second %.2fx", p.name, a/medMax[p.name], medPerCPU["appliance"]/medPerCPU[p.name])
 		}
 	}
 	t.Log(b.String())
@@ -354,11 +361,30 @@ func runDNSPerf(t *testing.T, port int, qfile string, secs, rate int, verbose bo
 	return qps, lost, pct(0.50), pct(0.99)
 }
 
-// procRSS reads VmRSS and VmHWM (KiB) of pid.
-func procRSS(pid int) (rss, peak int) {
+// procCPU is the CPU time pid has used (user and system), in seconds:
+// on a shared machine, queries per CPU second compare servers that got
+// different shares of their core.
+func procCPU(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// procRSS reads VmRSS, VmHWM and RssAnon (KiB) of pid. RssAnon is the
+// process's own memory; the rest of RSS is the binary's pages it touched.
+func procRSS(pid int) (rss, peak, anon int) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		f := strings.Fields(line)
@@ -368,8 +394,11 @@ func procRSS(pid int) (rss, peak int) {
 		if len(f) >= 2 && f[0] == "VmHWM:" {
 			peak, _ = strconv.Atoi(f[1])
 		}
+		if len(f) >= 2 && f[0] == "RssAnon:" {
+			anon, _ = strconv.Atoi(f[1])
+		}
 	}
-	return rss, peak
+	return rss, peak, anon
 }
 
 func medianOf(rs []benchRun, f func(benchRun) float64) float64 {

@@ -313,3 +313,41 @@ func TestFastPathWildcard(t *testing.T) {
 		t.Errorf("fast path answered %v of 3", v)
 	}
 }
+
+// TestFastPathLosesNothingOnChange: while members come and go as fast as
+// State takes them, every query is answered, and answered right.
+func TestFastPathLosesNothingOnChange(t *testing.T) {
+	up := startUpstream(t, "192.0.2.53")
+	cfg := testConfig()
+	cfg.Network.UpstreamDNS = []netip.AddrPort{up.addr}
+	state := cluster.NewState(cfg)
+	_, addr := startServer(t, cfg, state, Options{})
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			state.UpsertMember(cluster.Member{Name: fmt.Sprintf("churn-%d", i%10), Role: cluster.RoleWorker, Source: cluster.SourceMDNS,
+				IPs: []netip.Addr{netip.AddrFrom4([4]byte{192, 168, 126, byte(100 + i%10)})}})
+			state.RemoveMember(fmt.Sprintf("churn-%d", (i+5)%10), cluster.SourceMDNS)
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	c := &dns.Client{Timeout: 2 * time.Second}
+	for i := range 2000 {
+		m := new(dns.Msg)
+		m.SetQuestion([]string{"api.ocp4.example.com.", "x.apps.ocp4.example.com.", "master-0.ocp4.example.com."}[i%3], dns.TypeA)
+		r, _, err := c.Exchange(m, addr)
+		if err != nil {
+			t.Fatalf("query %d: %v", i, err)
+		}
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) != 1 {
+			t.Fatalf("query %d: %v", i, r)
+		}
+	}
+}
