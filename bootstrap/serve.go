@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"mime"
 	"net"
@@ -64,6 +65,7 @@ type ConfigServer struct {
 	CA []byte
 
 	configs map[cluster.Role][]byte
+	log     *slog.Logger
 	srv     *http.Server
 	ln      net.Listener
 	done    chan struct{}
@@ -77,7 +79,12 @@ type ConfigServer struct {
 // name the VMs reach; port 0 picks one) and serves configs, each a valid
 // Ignition config of its role, until Close. addr's host goes into the
 // certificate, so it must be what the pointer's URL names: not 0.0.0.0.
-func ServeConfigs(addr string, configs map[cluster.Role][]byte) (*ConfigServer, error) {
+// Every answer, and every refused TLS handshake (a VM with another run's
+// CA), is logged to log; nil logs nothing.
+func ServeConfigs(addr string, configs map[cluster.Role][]byte, log *slog.Logger) (*ConfigServer, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("serve ignition: %q is not host:port: %w", addr, err)
@@ -101,13 +108,14 @@ func ServeConfigs(addr string, configs map[cluster.Role][]byte) (*ConfigServer, 
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	s := &ConfigServer{
 		URL: "https://" + net.JoinHostPort(host, port), CA: caPEM,
-		configs: configs, ln: ln, done: make(chan struct{}),
+		configs: configs, ln: ln, done: make(chan struct{}), log: log,
 		fetched: map[cluster.Role]int{}, served: make(chan struct{}),
 	}
 	s.srv = &http.Server{
 		Handler:           s,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	go func() {
 		defer close(s.done)
@@ -173,9 +181,11 @@ func (s *ConfigServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	out, ver, err := ConfigAt(raw, Negotiate(r.Header.Get("Accept"), raw))
 	if err != nil {
+		s.log.Error("ignition server: cannot answer", "role", role, "from", r.RemoteAddr, "accept", r.Header.Get("Accept"), "err", err)
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	s.log.Info("ignition server: serving", "role", role, "from", r.RemoteAddr, "version", ver, "bytes", len(out))
 	w.Header().Set("Content-Type", IgnitionMediaType+";version="+ver)
 	w.Header().Set("Content-Length", strconv.Itoa(len(out)))
 	if r.Method == http.MethodHead {

@@ -125,7 +125,7 @@ func client(t *testing.T, pointer []byte) *http.Client {
 // media type saying so; one trusting the system's roots is refused.
 func TestConfigServer(t *testing.T) {
 	raw, _ := servedConfig(t, "3.2.0", 2<<20) // over the 1 MiB a platform carries
-	s, err := ServeConfigs("127.0.0.1:0", map[cluster.Role][]byte{cluster.RoleBootstrap: raw})
+	s, err := ServeConfigs("127.0.0.1:0", map[cluster.Role][]byte{cluster.RoleBootstrap: raw}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,12 +184,12 @@ func TestConfigServer(t *testing.T) {
 func TestServeConfigsRefuses(t *testing.T) {
 	raw, _ := servedConfig(t, "3.2.0", 1)
 	for _, addr := range []string{"0.0.0.0:22624", ":22624", "nohost"} {
-		if s, err := ServeConfigs(addr, map[cluster.Role][]byte{cluster.RoleBootstrap: raw}); err == nil {
+		if s, err := ServeConfigs(addr, map[cluster.Role][]byte{cluster.RoleBootstrap: raw}, nil); err == nil {
 			s.Close()
 			t.Errorf("%q accepted", addr)
 		}
 	}
-	if _, err := ServeConfigs("127.0.0.1:0", map[cluster.Role][]byte{cluster.RoleBootstrap: []byte("{")}); err == nil {
+	if _, err := ServeConfigs("127.0.0.1:0", map[cluster.Role][]byte{cluster.RoleBootstrap: []byte("{")}, nil); err == nil {
 		t.Error("a config that is not Ignition accepted")
 	}
 }
@@ -202,7 +202,7 @@ func TestRealIgnitionFetchesServed(t *testing.T) {
 	for _, v := range realVersions {
 		t.Run(v, func(t *testing.T) {
 			raw, want := servedConfig(t, v, 2<<20)
-			s, err := ServeConfigs("127.0.0.1:0", map[cluster.Role][]byte{cluster.RoleBootstrap: raw})
+			s, err := ServeConfigs("127.0.0.1:0", map[cluster.Role][]byte{cluster.RoleBootstrap: raw}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

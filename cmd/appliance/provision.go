@@ -252,7 +252,7 @@ func (pf *provisionFlags) runApply(ctx context.Context, cmd *cobra.Command, s *s
 	}
 	// The appliance goes into copies of the assets; a config too large for
 	// the platform is served from here while apply runs.
-	boot, err := prepareIgnition(s.spec, s.cfg, pf.ign, cmd.ErrOrStderr())
+	boot, err := prepareIgnition(s.spec, s.cfg, pf.ign, cmd.ErrOrStderr(), s.log)
 	if err != nil {
 		return err
 	}

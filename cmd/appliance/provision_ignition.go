@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"slices"
 
 	"appliance/bootstrap"
@@ -36,8 +37,9 @@ func (b *bootIgnition) close() {
 // its role's asset with the appliance's files merged in (the same edit as
 // `appliance ignition`, on a copy: the asset files stay as they are), and,
 // for a config over the platform's platform.MaxIgnitionSize, a pointer to
-// it served from this machine over HTTPS. Warnings go to warn.
-func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f ignitionFlags, warn io.Writer) (*bootIgnition, error) {
+// it served from this machine over HTTPS (its answers logged to log).
+// Warnings go to warn.
+func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f ignitionFlags, warn io.Writer, log *slog.Logger) (*bootIgnition, error) {
 	var roles []cluster.Role
 	conf, source := map[cluster.Role][]byte{}, map[cluster.Role]string{}
 	for _, m := range spec.Machines {
@@ -82,7 +84,7 @@ func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f ignitionFlags, 
 		b.served = append(b.served, role)
 	}
 	if len(big) > 0 {
-		srv, err := bootstrap.ServeConfigs(f.serve, big)
+		srv, err := bootstrap.ServeConfigs(f.serve, big, log)
 		if err != nil {
 			return nil, fmt.Errorf("provision apply: --serve-ignition: %w", err)
 		}

@@ -85,7 +85,7 @@ func TestPrepareIgnitionInjects(t *testing.T) {
 	spec, cfg, dir := provisionSpec(t, 10)
 	sums := assetSums(t, dir)
 	var warn bytes.Buffer
-	b, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef}, &warn)
+	b, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef}, &warn, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,10 +120,10 @@ func TestPrepareIgnitionInjects(t *testing.T) {
 
 func TestPrepareIgnitionFlags(t *testing.T) {
 	spec, cfg, dir := provisionSpec(t, 10)
-	if _, err := prepareIgnition(spec, cfg, ignitionFlags{}, io.Discard); err == nil || !strings.Contains(err.Error(), "--image") || !strings.Contains(err.Error(), "--no-inject") {
+	if _, err := prepareIgnition(spec, cfg, ignitionFlags{}, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "--image") || !strings.Contains(err.Error(), "--no-inject") {
 		t.Errorf("no image: %v, want the error to name --image and --no-inject", err)
 	}
-	b, err := prepareIgnition(spec, cfg, ignitionFlags{noInject: true}, io.Discard)
+	b, err := prepareIgnition(spec, cfg, ignitionFlags{noInject: true}, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +142,12 @@ func TestPrepareIgnitionFlags(t *testing.T) {
 // fetches the whole config, the appliance's files in it.
 func TestPrepareIgnitionServesLarge(t *testing.T) {
 	spec, cfg, _ := provisionSpec(t, platform.MaxIgnitionSize)
-	_, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef}, io.Discard)
+	_, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef}, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "--serve-ignition") || !strings.Contains(err.Error(), "bootstrap.ign") || !strings.Contains(err.Error(), "bytes, over the 1048576") {
 		t.Fatalf("large bootstrap without --serve-ignition: %v", err)
 	}
 	spec, cfg, _ = provisionSpec(t, platform.MaxIgnitionSize)
-	b, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef, serve: "127.0.0.1:0"}, io.Discard)
+	b, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef, serve: "127.0.0.1:0"}, io.Discard, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
