@@ -15,6 +15,7 @@ import (
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 
+	"appliance/bootstrap"
 	"appliance/internal/cluster"
 	"appliance/platform/libvirt/libvirttest"
 )
@@ -80,7 +81,7 @@ func TestProvisionLibvirtCommand(t *testing.T) {
 	defer raw.Disconnect()
 	id := libvirttest.Uniq()
 	pool, network, infra := "e2epool-"+id, "e2enet-"+id, "e2e"+id
-	d.Pool(t, raw, pool)
+	poolDir := d.Pool(t, raw, pool)
 	d.Network(t, raw, network, "e2ebr"+id)
 	// Someone else's domain with a name like ours: destroy must leave it.
 	foreign := infra + "-master-7"
@@ -178,6 +179,18 @@ provision:
 	// node an overlay and an Ignition volume, plus the base image.
 	if len(domsAfter) != 8 || len(volsAfter) != len(volsBefore)+13 {
 		t.Errorf("after the resumed apply: domains %v (during the killed run: %v), volumes %v", domsAfter, domsMid, volsAfter)
+	}
+
+	// Each domain boots its role's asset with the appliance put in
+	// (--image); the asset files stay as the installer wrote them.
+	for _, n := range cfg.Nodes {
+		ign, err := os.ReadFile(filepath.Join(poolDir, infra+"-"+n.Name+".ign"))
+		if err != nil || !bytes.Contains(ign, []byte(`"path":"/etc/role"`)) || !bytes.Contains(ign, []byte(`"path":"`+bootstrap.StaticPodPath+`"`)) {
+			t.Errorf("%s's Ignition volume (%v) lacks the asset's file or the appliance's static pod:\n%.200s", n.Name, err, ign)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(assets, "master.ign")); bytes.Contains(b, []byte(bootstrap.StaticPodPath)) {
+		t.Error("apply edited the asset master.ign in place")
 	}
 
 	out, err = runCmd(t, append(args, "status")...)
