@@ -43,6 +43,9 @@ func newProvisionCmd(g *globalFlags) *cobra.Command {
 on the platform its provision section names, each booting RHCOS with its role's Ignition config
 from the installer's asset directory and a MAC address known in advance (configured, or derived
 from the cluster and node name), so DHCP reservations and DNS records exist before any VM boots.
+apply puts the appliance into the Ignition each VM boots (--image, as for 'appliance ignition'),
+on copies: the asset files stay as they are. A config too large for the platform is served from
+this machine over HTTPS (--serve-ignition ADDR:PORT) and the VM gets a small pointer to it.
 
 Every resource carries the cluster's infra ID (metadata.json's infraID, provision.infraID, or the
 cluster name); destroy removes what carries it and nothing else. apply is safe to re-run after any
