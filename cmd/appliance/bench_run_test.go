@@ -258,6 +258,40 @@ func usageOf(procs []*netlab.Process) usage {
 	return u
 }
 
+// rssByMapping lists pid's largest mappings by resident size: the
+// binary's text, its read-only data, the heap, as "perms path: RSS".
+func rssByMapping(pid, n int) []string {
+	f, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	if err != nil {
+		return []string{err.Error()}
+	}
+	type mapping struct {
+		name string
+		kib  int
+	}
+	var ms []mapping
+	for _, line := range strings.Split(string(f), "\n") {
+		fl := strings.Fields(line)
+		switch {
+		case len(fl) >= 5 && strings.Contains(fl[0], "-") && len(fl[1]) == 4:
+			name := "[anonymous]"
+			if len(fl) >= 6 {
+				name = filepath.Base(fl[5])
+			}
+			ms = append(ms, mapping{name: fl[1] + " " + name})
+		case len(fl) >= 2 && fl[0] == "Rss:" && len(ms) > 0:
+			v, _ := strconv.Atoi(fl[1])
+			ms[len(ms)-1].kib += v
+		}
+	}
+	slices.SortFunc(ms, func(a, b mapping) int { return b.kib - a.kib })
+	var out []string
+	for _, m := range ms[:min(n, len(ms))] {
+		out = append(out, fmt.Sprintf("%s: %s", m.name, mib(m.kib)))
+	}
+	return out
+}
+
 // askDNS asks server (host:53) for name's A record from node n.
 func askDNS(n *netlab.Node, server, name string, timeout time.Duration) ([]dns.RR, error) {
 	var conn net.Conn
@@ -557,6 +591,10 @@ func TestBenchRunResources(t *testing.T) {
 			fmt.Fprintf(&b, "- %s: %s (anonymous %s), %.2f s\n", what, mib(u.rssKiB), mib(u.anonKiB), u.cpu.Seconds())
 		}
 	}
+	b.WriteString("\nWhere the appliance's RSS lives (largest mappings of /proc/PID/smaps):\n\n")
+	for _, m := range rssByMapping(apl.procs[0].Pid(), 5) {
+		b.WriteString("- " + m + "\n")
+	}
 	fmt.Fprintf(&b, "\nCPU ratio (appliance ÷ stack) under the combined load over %d rounds: min %.2f, median %.2f, max %.2f\n",
 		rounds, cpuRatios[0], cpuRatios[rounds/2], cpuRatios[rounds-1])
 	fmt.Fprintf(&b, "\nLoad as served (round 1): appliance API %s, DNS %s\n", loaded.calls[0], loaded.dns[0])
@@ -762,6 +800,10 @@ func handover(t *testing.T, c *handoverCluster, readyzFirst bool) handoverResult
 	caller := startHandoverCaller(t, c.lab.Nodes[4], labVIP.String()+":6443", 20*time.Millisecond)
 	time.Sleep(time.Second)
 	var took time.Duration
+	event := time.Now()
+	defer func() {
+		t.Logf("event at %s, a master alone held the VIP at %s", event.Format("15:04:05.000"), event.Add(took).Format("15:04:05.000"))
+	}()
 	if readyzFirst {
 		if err := writeFileAt(c.failFile, "failing"); err != nil {
 			t.Fatal(err)
