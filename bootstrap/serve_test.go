@@ -197,9 +197,11 @@ func TestServeConfigsRefuses(t *testing.T) {
 // TestRealIgnitionFetchesServed: Ignition itself, given the pointer, fetches
 // the served config over TLS with the generated CA and applies it: a 2 MiB
 // bootstrap config arrives whole, the appliance's files with their modes.
+// A 3.4.0 config, newer than Ignition 2.14 reads, is served at the 3.3.0
+// its Accept header asks for (the pointer given to it at 3.3.0 too).
 func TestRealIgnitionFetchesServed(t *testing.T) {
 	needTool(t, ignitionBin)
-	for _, v := range realVersions {
+	for _, v := range append(realVersions, "3.4.0") {
 		t.Run(v, func(t *testing.T) {
 			raw, want := servedConfig(t, v, 2<<20)
 			s, err := ServeConfigs("127.0.0.1:0", map[cluster.Role][]byte{cluster.RoleBootstrap: raw}, nil)
@@ -210,6 +212,11 @@ func TestRealIgnitionFetchesServed(t *testing.T) {
 			pointer, err := s.Pointer(cluster.RoleBootstrap)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if v == "3.4.0" {
+				if pointer, _, err = ConfigAt(pointer, "3.3.0"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			path := filepath.Join(t.TempDir(), "pointer.ign")
 			if err := os.WriteFile(path, pointer, 0o600); err != nil {
