@@ -417,9 +417,7 @@ func (f *fallbackConn) SetWriteDeadline(time.Time) error { return nil }
 // IPV6_PKTINFO in a control message.
 func pktinfoDst(oob []byte) netip.Addr {
 	for len(oob) >= unix.SizeofCmsghdr {
-		l := int(binary.NativeEndian.Uint64(oob[0:8]))
-		level := int32(binary.NativeEndian.Uint32(oob[8:12]))
-		typ := int32(binary.NativeEndian.Uint32(oob[12:16]))
+		l, level, typ := cmsgHeader(oob)
 		if l < unix.SizeofCmsghdr || l > len(oob) {
 			break
 		}
@@ -443,9 +441,14 @@ func pktinfoSrc(b []byte, src netip.Addr) []byte {
 	}
 	hdr := func(level, typ, n int) {
 		var h [unix.SizeofCmsghdr]byte
-		binary.NativeEndian.PutUint64(h[0:8], uint64(unix.CmsgLen(n)))
-		binary.NativeEndian.PutUint32(h[8:12], uint32(level))
-		binary.NativeEndian.PutUint32(h[12:16], uint32(typ))
+		w := unix.SizeofCmsghdr - 8 // the length field: a size_t
+		if w == 8 {
+			binary.NativeEndian.PutUint64(h[0:], uint64(unix.CmsgLen(n)))
+		} else {
+			binary.NativeEndian.PutUint32(h[0:], uint32(unix.CmsgLen(n)))
+		}
+		binary.NativeEndian.PutUint32(h[w:], uint32(level))
+		binary.NativeEndian.PutUint32(h[w+4:], uint32(typ))
 		b = append(b, h[:]...)
 	}
 	if src.Is4() || src.Is4In6() {
@@ -460,8 +463,20 @@ func pktinfoSrc(b []byte, src netip.Addr) []byte {
 		b = append(b, a[:]...)
 		b = append(b, 0, 0, 0, 0) // ipi6_ifindex
 	}
-	for len(b)%8 != 0 {
+	for len(b)%(unix.SizeofCmsghdr-8) != 0 {
 		b = append(b, 0)
 	}
 	return b
+}
+
+// cmsgHeader reads a control message header: struct cmsghdr is a size_t
+// length, then level and type (ints).
+func cmsgHeader(b []byte) (l int, level, typ int32) {
+	w := unix.SizeofCmsghdr - 8
+	if w == 8 {
+		l = int(binary.NativeEndian.Uint64(b[0:]))
+	} else {
+		l = int(binary.NativeEndian.Uint32(b[0:]))
+	}
+	return l, int32(binary.NativeEndian.Uint32(b[w:])), int32(binary.NativeEndian.Uint32(b[w+4:]))
 }

@@ -2,10 +2,12 @@ package dnsserver
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 
 	"github.com/coredns/coredns/request"
 	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 
 	"appliance/internal/cluster"
 )
@@ -60,4 +62,28 @@ func FuzzFastAnswer(f *testing.F) {
 			t.Fatalf("query %x\nfast path %x\nchain     %x\n%v", q, r, want, m)
 		}
 	})
+}
+
+// TestPktinfo: the control messages the fast path writes and reads by hand
+// are the kernel's (as x/sys builds them).
+func TestPktinfo(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("192.168.126.10"), netip.MustParseAddr("fd00::10")
+	if got := pktinfoDst(unix.PktInfo4(&unix.Inet4Pktinfo{Ifindex: 2, Addr: v4.As4()})); got != v4 {
+		t.Errorf("IP_PKTINFO destination: %v", got)
+	}
+	if got := pktinfoDst(unix.PktInfo6(&unix.Inet6Pktinfo{Addr: v6.As16(), Ifindex: 2})); got != v6 {
+		t.Errorf("IPV6_PKTINFO destination: %v", got)
+	}
+	if got, want := pktinfoSrc(nil, v4), unix.PktInfo4(&unix.Inet4Pktinfo{Spec_dst: v4.As4()}); !bytes.Equal(got, want) {
+		t.Errorf("IP_PKTINFO source\n got %x\nwant %x", got, want)
+	}
+	if got, want := pktinfoSrc(nil, netip.AddrFrom16(v4.As16())), unix.PktInfo4(&unix.Inet4Pktinfo{Spec_dst: v4.As4()}); !bytes.Equal(got, want) {
+		t.Errorf("IP_PKTINFO source for a mapped address\n got %x\nwant %x", got, want)
+	}
+	if got, want := pktinfoSrc(nil, v6), unix.PktInfo6(&unix.Inet6Pktinfo{Addr: v6.As16()}); !bytes.Equal(got, want) {
+		t.Errorf("IPV6_PKTINFO source\n got %x\nwant %x", got, want)
+	}
+	if got := pktinfoSrc(nil, netip.Addr{}); len(got) != 0 {
+		t.Errorf("no source, yet %x", got)
+	}
 }
