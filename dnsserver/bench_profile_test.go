@@ -18,7 +18,9 @@ import (
 // TestBenchDNSProfile serves the bench's query mix in process under dnsperf
 // and reports where the CPU goes and the allocations per query. Run the test
 // binary pinned (taskset -c 1) with BENCH_DNS_PROFILE=cpu.out to keep the
-// profile; dnsperf runs on CPU 0 as in TestBenchDNS.
+// profile; dnsperf runs on CPU 0 as in TestBenchDNS. BENCH_DNS_FORWARDED=1
+// asks forwarded names (served from the cache) instead of cluster names,
+// BENCH_DNS_NOFAST=1 turns the fast path off.
 func TestBenchDNSProfile(t *testing.T) {
 	cfg := testConfig()
 	cfg.Nodes = nil
@@ -26,11 +28,15 @@ func TestBenchDNSProfile(t *testing.T) {
 	for name, ip := range benchNodes {
 		cfg.Nodes = append(cfg.Nodes, cluster.Node{Name: name, Role: cluster.RoleMaster, IPs: []netip.Addr{netip.MustParseAddr(ip)}})
 	}
-	_, addr := startServer(t, cfg, cluster.NewState(cfg), Options{})
+	_, addr := startServer(t, cfg, cluster.NewState(cfg), Options{NoFastPath: os.Getenv("BENCH_DNS_NOFAST") != ""})
 	_, portS, _ := net.SplitHostPort(addr)
 	port, _ := strconv.Atoi(portS)
 	qfile := filepath.Join(t.TempDir(), "queries")
-	writeFile(t, qfile, benchQueries())
+	queries := benchQueries()
+	if os.Getenv("BENCH_DNS_FORWARDED") != "" {
+		queries = "quay.io A\nregistry.redhat.io A\nwww.example.org A\ncdn.example.net AAAA\n"
+	}
+	writeFile(t, qfile, queries)
 	runDNSPerf(t, port, qfile, 1, 0, false)
 
 	if out := os.Getenv("BENCH_DNS_PROFILE"); out != "" {
