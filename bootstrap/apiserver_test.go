@@ -4,10 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"appliance/internal/cluster"
+	"appliance/platform/kubevirt/kubevirttest"
 )
 
 // TestStaticPodRealAPIServer hands the manifest's bytes, as the kubelet
@@ -73,56 +70,20 @@ func TestStaticPodRealAPIServer(t *testing.T) {
 	}
 }
 
-// startAPIServer runs ../shared/tools/kube-apiserver/start.sh for this test
-// and returns its kubeconfig; skipped without the binaries (failing under
-// CI=true, where make test builds them).
+// startAPIServer runs a real kube-apiserver for the test through the
+// project's shared harness (which retries a start that lost a port race
+// with another package's server) and returns its kubeconfig.
 func startAPIServer(t *testing.T) string {
 	t.Helper()
-	skip := func(msg string) {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+	s, skip, err := kubevirttest.StartBare()
+	if s != nil {
+		t.Cleanup(s.Stop)
 	}
-	tools := os.Getenv("APPLIANCE_TOOLS")
-	if tools == "" {
-		tools = filepath.Join("..", "..", "shared", "tools")
-	}
-	tools, _ = filepath.Abs(tools)
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if cache, err := os.UserCacheDir(); err == nil && assets == "" {
-		assets = filepath.Join(cache, "appliance-kube", "v1.37.1", "bin")
-	}
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		skip("no kube-apiserver: run KUBEBUILDER_ASSETS=$(../shared/tools/kube-apiserver/build.sh) go test ./bootstrap (make test does)")
-	}
-	if _, err := os.Stat(filepath.Join(tools, "kube-apiserver", "start.sh")); err != nil {
-		skip(fmt.Sprintf("no %s/kube-apiserver/start.sh (set APPLIANCE_TOOLS to the shared tools folder)", tools))
-	}
-	state, err := os.MkdirTemp("", "bootstrap-test-api-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if state, err = filepath.EvalSymlinks(state); err != nil { // stop.sh compares this spelling
-		t.Fatal(err)
+	if skip != "" {
+		kubevirttest.Skip(t, skip)
 	}
-	run := func(name string, env ...string) (string, error) {
-		cmd := exec.Command(filepath.Join(tools, "kube-apiserver", name), state)
-		cmd.Env = append(append(os.Environ(), "KUBEBUILDER_ASSETS="+assets), env...)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Run(); err != nil {
-			return "", fmt.Errorf("%s: %w\n%s", name, err, stderr.String())
-		}
-		l := lines(stdout.String())
-		return strings.TrimSpace(l[len(l)-1]), nil
-	}
-	kc, err := run("start.sh", fmt.Sprintf("KUBE_OWNER_PID=%d", os.Getpid()))
-	// stop.sh ends exactly the processes start.sh recorded, even after a
-	// failed start.
-	t.Cleanup(func() { _, _ = run("stop.sh") })
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kc
+	return s.Kubeconfig
 }

@@ -187,7 +187,11 @@ func TestVIPInterfaceDeletedAndRecreated(t *testing.T) {
 		}
 	}
 	procs["n1"] = startAppliance(t, n1, args...)
-	watchHolders(t, lab.Nodes, labVIP, 10*time.Second, "n1 holding the VIP on br-ex", heldBy(1, "br-ex"))
+	// At start n0 may be master for a moment until n1 (higher priority)
+	// preempts: both hold the VIP for the instant of the preemption.
+	pollHolders(t, lab.Nodes, labVIP, 10*time.Second, "n1 holding the VIP on br-ex", true, heldBy(1, "br-ex"))
+	time.Sleep(500 * time.Millisecond)
+	watchHolders(t, lab.Nodes, labVIP, time.Second, "n1 keeping the VIP on br-ex", heldBy(1, "br-ex"))
 
 	runIn(t, n1, "ip", "link", "del", "br-ex")
 	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "n0 holding the VIP", heldBy(0, "eth0"))
