@@ -3,9 +3,7 @@
 package node
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -16,12 +14,6 @@ import (
 	"github.com/miekg/dns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"appliance/dnsserver"
-	"appliance/internal/host"
-	"appliance/internal/netlab"
-	"appliance/internal/netlab/netlabtest"
-	"appliance/platform/kubevirt/kubevirttest"
 )
 
 // TestBenchDay2NodeDNS repeats TestDay2NodeAnsweredByDNS's measure: a
@@ -36,48 +28,8 @@ func TestBenchDay2NodeDNS(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("BENCH_RUNS")); err == nil && n > 0 {
 		runs = n
 	}
-	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "benchk8s"})
-	api, skip, err := kubevirttest.StartBare()
-	if api != nil {
-		defer api.Stop()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if skip != "" {
-		kubevirttest.Skip(t, skip)
-	}
-	self := lab.Nodes[0]
-	cfg := parse(t, fmt.Sprintf(`
-cluster: {name: ocp4, baseDomain: example.com}
-network: {machineCIDR: %s, apiVIPs: [192.168.126.5], ingressVIPs: [192.168.126.6], upstreamDNS: [192.168.126.1]}
-nodes:
-  - {name: master-0, role: master, ips: [%s]}
-vrrp: {enabled: false}
-lb: {enabled: false}
-`, self.IPv4.Masked(), self.IPv4.Addr()))
-	listen := netlabtest.FreeLoopbackAddr(t)
-	var n *Node
-	if err := self.Do(func() error {
-		var err error
-		n, err = New(Options{
-			Config: cfg, Host: host.Options{Node: "master-0"}, AdminListen: "127.0.0.1:0",
-			DNS:        dnsserver.Options{Listen: listen},
-			Kubeconfig: api.Kubeconfig, KubeServer: api.Config.Host,
-		}, slog.New(slog.DiscardHandler))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	n, api, listen := startDNSNode(t, "benchk8s")
+	ctx := t.Context()
 	c := &dns.Client{Timeout: 500 * time.Millisecond}
 	ask := func(name string) []dns.RR {
 		m := new(dns.Msg)

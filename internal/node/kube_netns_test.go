@@ -23,53 +23,11 @@ import (
 // appliance.yaml, is answered by the cluster DNS of a running node within
 // a second, without a restart; deleting it removes it again.
 func TestDay2NodeAnsweredByDNS(t *testing.T) {
-	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "nodek8s"})
-	api, skip, err := kubevirttest.StartBare()
-	if api != nil {
-		defer api.Stop()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if skip != "" {
-		kubevirttest.Skip(t, skip)
-	}
-	self := lab.Nodes[0]
-	// Only DNS and the member sources run: the test process serves DNS on
-	// its own loopback and talks to the API server there.
-	cfg := parse(t, fmt.Sprintf(`
-cluster: {name: ocp4, baseDomain: example.com}
-network: {machineCIDR: %s, apiVIPs: [192.168.126.5], ingressVIPs: [192.168.126.6], upstreamDNS: [192.168.126.1]}
-nodes:
-  - {name: master-0, role: master, ips: [%s]}
-vrrp: {enabled: false}
-lb: {enabled: false}
-`, self.IPv4.Masked(), self.IPv4.Addr()))
-	listen := netlabtest.FreeLoopbackAddr(t)
-	var n *Node
-	if err := self.Do(func() error {
-		var err error
-		n, err = New(Options{
-			Config: cfg, Host: host.Options{Node: "master-0"}, AdminListen: "127.0.0.1:0",
-			DNS:        dnsserver.Options{Listen: listen},
-			Kubeconfig: api.Kubeconfig, KubeServer: api.Config.Host,
-		}, slog.New(slog.DiscardHandler))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	n, api, listen := startDNSNode(t, "nodek8s")
 	if got := n.Plan().String(); got != "dns" {
 		t.Fatalf("plan %q", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	ctx := t.Context()
 	ask := func(name string) []dns.RR {
 		m := new(dns.Msg)
 		m.SetQuestion(name, dns.TypeA)
@@ -126,6 +84,57 @@ lb: {enabled: false}
 	if _, ok := n.state.Snapshot().Member("master-0"); !ok {
 		t.Error("the configured member left with the Node")
 	}
+}
+
+// startDNSNode runs, in a lab node, a master whose only services are DNS
+// and the Kubernetes member source, reading a real kube-apiserver: the test
+// process serves DNS on its own loopback (listen) and talks to the API
+// server there. The node stops when the test ends.
+func startDNSNode(t *testing.T, label string) (*Node, *kubevirttest.Server, string) {
+	t.Helper()
+	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: label})
+	api, skip, err := kubevirttest.StartBare()
+	if api != nil {
+		t.Cleanup(api.Stop)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if skip != "" {
+		kubevirttest.Skip(t, skip)
+	}
+	self := lab.Nodes[0]
+	cfg := parse(t, fmt.Sprintf(`
+cluster: {name: ocp4, baseDomain: example.com}
+network: {machineCIDR: %s, apiVIPs: [192.168.126.5], ingressVIPs: [192.168.126.6], upstreamDNS: [192.168.126.1]}
+nodes:
+  - {name: master-0, role: master, ips: [%s]}
+vrrp: {enabled: false}
+lb: {enabled: false}
+`, self.IPv4.Masked(), self.IPv4.Addr()))
+	listen := netlabtest.FreeLoopbackAddr(t)
+	var n *Node
+	if err := self.Do(func() error {
+		var err error
+		n, err = New(Options{
+			Config: cfg, Host: host.Options{Node: "master-0"}, AdminListen: "127.0.0.1:0",
+			DNS:        dnsserver.Options{Listen: listen},
+			Kubeconfig: api.Kubeconfig, KubeServer: api.Config.Host,
+		}, slog.New(slog.DiscardHandler))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return n, api, listen
 }
 
 // waitForReady waits until the Kubernetes member source has listed once.
