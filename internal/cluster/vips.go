@@ -46,6 +46,12 @@ func (c *Config) VIPInstances(self Node) []VIPInstance {
 				Interval: c.VRRP.AdvertInterval, Preempt: c.VRRP.Preempt,
 				PreemptDelay: c.VRRP.PreemptDelay,
 			}
+			if in.Version == 2 && vip.Is6() {
+				// VRRPv2 is IPv4 only (RFC 3768): in keepalived-openshift
+				// mode the IPv6 VIP's router speaks VRRPv3, with the same
+				// VRID and interval and no authentication.
+				in.Version = 3
+			}
 			if in.Version == 2 {
 				in.AuthPass = c.AuthPassFor(kind)
 			}

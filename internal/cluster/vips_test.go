@@ -99,6 +99,22 @@ vrrp: {mode: keepalived-openshift}
 	}
 }
 
+// VRRPv2 is IPv4 only: the IPv6 VIP of a dual-stack cluster in
+// keepalived-openshift mode gets a VRRPv3 router, which vrrp can run.
+func TestVIPInstancesCompatModeIPv6(t *testing.T) {
+	cfg := mustParseVIPs(t, dualStack+"  mode: keepalived-openshift\n")
+	self, _ := cfg.NodeByName("master-0")
+	for _, in := range cfg.VIPInstances(self) {
+		want := 2
+		if in.VIP.Addr().Is6() {
+			want = 3
+		}
+		if in.Version != want || (want == 3) != (in.AuthPass == "") || in.Interval != CompatAdvertInterval {
+			t.Errorf("%s: version %d pass %q interval %s; want v%d, auth only on v2, 1s", in.Name, in.Version, in.AuthPass, in.Interval, want)
+		}
+	}
+}
+
 func local(name string, addrs ...string) LocalInterface {
 	li := LocalInterface{Name: name, Up: true}
 	for _, a := range addrs {
