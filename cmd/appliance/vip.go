@@ -168,14 +168,11 @@ func (f *vipFlags) fromConfig(cmd *cobra.Command, log *slog.Logger) ([]vrrp.Conf
 	if err != nil {
 		return nil, "", nil, err
 	}
-	var out []vrrp.Config
-	for _, in := range cfg.VIPInstances(self) {
-		out = append(out, vrrp.Config{
-			Name: in.Name, Interface: iface, VRID: in.VRID, Version: uint8(in.Version),
-			Priority: in.Priority, Interval: in.Interval, Preempt: in.Preempt,
-			PreemptDelay: in.PreemptDelay, Accept: true, AuthPass: in.AuthPass,
-			VIPs: []netip.Prefix{in.VIP}, UnicastPeers: in.UnicastPeers, Tracks: tracks,
-		})
+	// The same routers `appliance run` builds, every VIP kind the role takes
+	// part in, tracking only what the flags say.
+	out := node.VRRPConfigs(cfg, self, node.Plan{APIVIP: true, IngressVIP: true}, iface, node.Probes{})
+	for i := range out {
+		out[i].Tracks = tracks
 	}
 	if len(out) == 0 {
 		return nil, "", nil, fmt.Errorf("vip: node %s (role %s) holds no VIP in %s", self.Name, self.Role, f.config)
