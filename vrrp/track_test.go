@@ -165,18 +165,13 @@ func TestNewTrackSetValidation(t *testing.T) {
 	}
 }
 
+// HTTPProbe is a thin wrapper over internal/health's HTTPCheck, whose own
+// tests cover redirects, proxies, draining and fresh connections: this
+// checks only that every field reaches it.
 func TestHTTPProbe(t *testing.T) {
-	var sawClose atomic.Bool
+	var agent atomic.Value
 	mux := http.NewServeMux()
-	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) {
-		sawClose.Store(r.Close)
-		_, _ = w.Write([]byte(strings.Repeat("x", 100<<10))) // longer than what the probe drains
-	})
-	mux.HandleFunc("/fail", func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "not ready", http.StatusInternalServerError)
-	})
-	mux.HandleFunc("/nocontent", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/ok", http.StatusFound) })
+	mux.HandleFunc("/ok", func(w http.ResponseWriter, r *http.Request) { agent.Store(r.UserAgent()) })
 	mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
@@ -189,32 +184,21 @@ func TestHTTPProbe(t *testing.T) {
 	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the rejected handshake is expected
 	tlsSrv.StartTLS()
 	defer tlsSrv.Close()
-
 	tests := []struct {
 		name string
 		p    HTTPProbe
 		want string // "" = healthy, else substring of the error
 	}{
-		{"2xx", HTTPProbe{URL: plain.URL + "/ok"}, ""},
-		{"204 is 2xx", HTTPProbe{URL: plain.URL + "/nocontent"}, ""},
-		{"500", HTTPProbe{URL: plain.URL + "/fail"}, "status 500, want 2xx"},
-		{"expect exact status", HTTPProbe{URL: plain.URL + "/nocontent", ExpectStatus: 204}, ""},
-		{"status mismatch", HTTPProbe{URL: plain.URL + "/ok", ExpectStatus: 204}, "status 200, want 204"},
-		{"redirect not followed", HTTPProbe{URL: plain.URL + "/redirect"}, "status 302, want 2xx"},
-		{"TLS self-signed rejected", HTTPProbe{URL: tlsSrv.URL + "/ok"}, "certificate"},
-		{"TLS self-signed accepted when insecure", HTTPProbe{URL: tlsSrv.URL + "/ok", InsecureSkipVerify: true}, ""},
-		{"TLS insecure still checks status", HTTPProbe{URL: tlsSrv.URL + "/fail", InsecureSkipVerify: true}, "status 500"},
-		{"own client", HTTPProbe{URL: tlsSrv.URL + "/ok", Client: tlsSrv.Client()}, ""},
-		{"hanging handler times out", HTTPProbe{URL: plain.URL + "/hang", Timeout: 100 * time.Millisecond}, "deadline exceeded"},
-		{"bad URL", HTTPProbe{URL: "http://[::1"}, "GET http://[::1"},
+		{"URL", HTTPProbe{URL: plain.URL + "/ok"}, ""},
+		{"ExpectStatus", HTTPProbe{URL: plain.URL + "/ok", ExpectStatus: 204}, "status 200, want 204"},
+		{"TLS verified by default", HTTPProbe{URL: tlsSrv.URL + "/ok"}, "certificate"},
+		{"InsecureSkipVerify", HTTPProbe{URL: tlsSrv.URL + "/ok", InsecureSkipVerify: true}, ""},
+		{"Client", HTTPProbe{URL: tlsSrv.URL + "/ok", Client: tlsSrv.Client()}, ""},
+		{"Timeout", HTTPProbe{URL: plain.URL + "/hang", Timeout: 100 * time.Millisecond}, "deadline exceeded"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			start := time.Now()
 			err := tt.p.Probe(context.Background())
-			if time.Since(start) > 5*time.Second {
-				t.Errorf("probe took %s", time.Since(start))
-			}
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("Probe: %v, want healthy", err)
@@ -223,10 +207,9 @@ func TestHTTPProbe(t *testing.T) {
 			}
 		})
 	}
-	if !sawClose.Load() {
-		t.Error("request did not ask to close the connection")
+	if got, _ := agent.Load().(string); got != "appliance-vrrp-track" {
+		t.Errorf("user agent %q", got)
 	}
-
 	// The context from the TrackSet bounds a probe without its own timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
