@@ -220,7 +220,7 @@ func TestLibvirtScenario(t *testing.T) {
 	if progressed != img.Size {
 		t.Fatalf("re-upload progress ended at %d of %d", progressed, img.Size)
 	}
-	if got := downloadVol(t, raw, poolName, baseVolumeName(img, infraID)); !fileEqual(t, imgPath, got) {
+	if got := downloadVol(t, d, raw, poolName, baseVolumeName(img, infraID)); !fileEqual(t, imgPath, got) {
 		t.Fatal("base volume content differs from the image")
 	}
 	uploads := strings.Count(logBuf.String(), "uploading base image")
@@ -275,7 +275,7 @@ func TestLibvirtScenario(t *testing.T) {
 		t.Fatalf("apply added %d volumes, want %d (6 disks + 6 ignition + base): %v", got, want, applied)
 	}
 	phase("resumed apply + start")
-	checkDomains(t, raw, p, spec)
+	checkDomains(t, d, raw, p, spec)
 
 	vms, err = p.List(ctx, infraID)
 	if err != nil {
@@ -320,7 +320,7 @@ func TestLibvirtScenario(t *testing.T) {
 }
 
 // checkDomains reads back each domain's XML and volumes.
-func checkDomains(t *testing.T, raw *golibvirt.Libvirt, p *Provider, spec *platform.Spec) {
+func checkDomains(t *testing.T, d *testDaemon, raw *golibvirt.Libvirt, p *Provider, spec *platform.Spec) {
 	t.Helper()
 	basePath := filepath.Join(p.pool.Path, baseVolumeName(spec.Image, spec.InfraID))
 	for _, m := range spec.Machines {
@@ -367,7 +367,7 @@ func checkDomains(t *testing.T, raw *golibvirt.Libvirt, p *Provider, spec *platf
 		if vx.BackingStore == nil || vx.BackingStore.Path != basePath || vx.Capacity.Value != uint64(m.DiskGiB)<<30 {
 			t.Errorf("%s: overlay %s", m.Name, vdoc)
 		}
-		if got := downloadVol(t, raw, p.pool.Name, m.Name+".ign"); !bytes.Equal(got, m.Ignition) {
+		if got := downloadVol(t, d, raw, p.pool.Name, m.Name+".ign"); !bytes.Equal(got, m.Ignition) {
 			t.Errorf("%s: ignition volume holds %q", m.Name, got)
 		}
 		// qemu really got the fw_cfg file.
@@ -416,7 +416,7 @@ func TestLibvirtConfigDrive(t *testing.T) {
 	if len(dx.SysInfo) != 0 || len(dx.Devices.Disks) != 2 || dx.Devices.Disks[1].Device != "cdrom" || dx.Devices.Interfaces[0].Source.Bridge == nil {
 		t.Fatalf("config-drive domain: %s", doc)
 	}
-	iso := downloadVol(t, raw, pl.Name, m.Name+"-config.iso")
+	iso := downloadVol(t, d, raw, pl.Name, m.Name+"-config.iso")
 	im, err := iso9660.OpenImage(bytes.NewReader(iso))
 	if err != nil {
 		t.Fatal(err)
@@ -464,7 +464,11 @@ func machineByName(spec *platform.Spec, name string) platform.Machine {
 	return platform.Machine{}
 }
 
-func downloadVol(t *testing.T, l *golibvirt.Libvirt, pool, name string) []byte {
+// downloadVol reads a volume's bytes where libvirtd keeps it, through the
+// daemon's own mount namespace. go-libvirt's StorageVolDownload stream can
+// deadlock (its router blocks handing a callback to the request, which waits
+// for the router's lock); it hung a test run once.
+func downloadVol(t *testing.T, d *testDaemon, l *golibvirt.Libvirt, pool, name string) []byte {
 	t.Helper()
 	pl, err := l.StoragePoolLookupByName(pool)
 	if err != nil {
@@ -474,11 +478,15 @@ func downloadVol(t *testing.T, l *golibvirt.Libvirt, pool, name string) []byte {
 	if err != nil {
 		t.Fatalf("volume %s: %v", name, err)
 	}
-	var buf bytes.Buffer
-	if err := l.StorageVolDownload(v, &buf, 0, 0, 0); err != nil {
-		t.Fatalf("download %s: %v", name, err)
+	path, err := l.StorageVolGetPath(v)
+	if err != nil {
+		t.Fatalf("volume %s: path: %v", name, err)
 	}
-	return buf.Bytes()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/root%s", d.PID, path))
+	if err != nil {
+		t.Fatalf("read volume %s: %v", name, err)
+	}
+	return b
 }
 
 func fileEqual(t *testing.T, path string, b []byte) bool {
