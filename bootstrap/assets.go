@@ -119,7 +119,8 @@ func writeFile(path string, data []byte, mode fs.FileMode) error {
 }
 
 // WriteManifests writes the master and worker MachineConfigs under dir
-// (openshift/99-appliance-<role>.yaml). A role with nothing to run gets no
+// (openshift/99-appliance-<role>.yaml), and NodeReaderFile, the RBAC that
+// lets kubelets' credentials list Nodes. A role with nothing to run gets no
 // manifest, and one left by an earlier run is removed.
 func WriteManifests(dir string, cfg *cluster.Config, o Options) ([]string, error) {
 	type out struct {
@@ -147,6 +148,11 @@ func WriteManifests(dir string, cfg *cluster.Config, o Options) ([]string, error
 		}
 		outs = append(outs, out{path, y})
 	}
+	rbac, err := NodeReaderYAML()
+	if err != nil {
+		return nil, err
+	}
+	outs = append(outs, out{filepath.Join(dir, NodeReaderFile), rbac})
 	if err := os.MkdirAll(filepath.Join(dir, "openshift"), 0o755); err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ func TestWriteManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(written) != 2 {
+		if len(written) != 3 {
 			t.Fatalf("wrote %q", written)
 		}
 	}
@@ -70,7 +70,7 @@ func TestWriteManifests(t *testing.T) {
 	o := testOptions()
 	o.Services = func(r cluster.Role) RoleServices { return RoleServices{Runs: r != cluster.RoleWorker, DNS: true} }
 	written, err := WriteManifests(dir, cfg, o)
-	if err != nil || len(written) != 1 {
+	if err != nil || len(written) != 2 {
 		t.Fatalf("%q %v", written, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, MachineConfigFile(cluster.RoleWorker))); !os.IsNotExist(err) {

@@ -31,6 +31,14 @@ const (
 	// NMRunDir is where NetworkManager writes the resolv.conf it would have
 	// used; the DNS forwards to the resolvers listed there.
 	NMRunDir = "/run/NetworkManager"
+	// KubeletDir holds the kubelet's kubeconfig (kubeconfig, written once
+	// its TLS bootstrap is done, after the pod started) and the client
+	// certificate it names (pki/kubelet-client-current.pem, a symlink the
+	// kubelet repoints at each rotation). `appliance run` reads both to
+	// list Nodes; the pod mounts the folder read-only at the same path
+	// because neither file exists when the pod starts, and a file mount
+	// would never see them appear (nor a symlink's new target).
+	KubeletDir = "/var/lib/kubelet"
 	// binaryPath is where the image keeps the binary (internal/imagebuild's
 	// BinaryPath; not imported, so the image builder stays out of the node
 	// binary).
@@ -180,6 +188,7 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 					{Name: "config", MountPath: ConfigDir, ReadOnly: true},
 					{Name: "state", MountPath: StateDir},
 					{Name: "nm-run", MountPath: NMRunDir, ReadOnly: true},
+					{Name: "kubelet", MountPath: KubeletDir, ReadOnly: true},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
@@ -189,6 +198,8 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 				// NetworkManager's own resolv.conf: the DNS's upstreams,
 				// before the node's address is put first in /etc's.
 				{Name: "nm-run", VolumeSource: hostPath(NMRunDir, corev1.HostPathDirectoryOrCreate)},
+				// The kubelet's credentials, to list Nodes (KubeletDir).
+				{Name: "kubelet", VolumeSource: hostPath(KubeletDir, corev1.HostPathDirectoryOrCreate)},
 			},
 		},
 	}

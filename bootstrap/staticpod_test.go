@@ -132,6 +132,11 @@ admin: {listen: "[::]:9447"}
 			if m, ok := mounts[StateDir]; !ok || m.MountPath != StateDir || m.ReadOnly {
 				t.Errorf("state dir mount %+v (must be writable: DHCP leases)", m)
 			}
+			// The kubelet's kubeconfig and the client certificate it
+			// names, at the paths the kubeconfig gives, read-only.
+			if m, ok := mounts[KubeletDir]; !ok || m.MountPath != KubeletDir || !m.ReadOnly {
+				t.Errorf("kubelet dir mount %+v (want %s read-only at the same path)", m, KubeletDir)
+			}
 			for _, p := range []struct {
 				name  string
 				probe *corev1.Probe

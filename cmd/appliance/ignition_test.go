@@ -146,8 +146,9 @@ func TestManifestsCmd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, role := range []string{"master", "worker"} {
-		p := filepath.Join(dir, "openshift", "99-appliance-"+role+".yaml")
+	// The MachineConfigs, and the RBAC that lets kubelets list Nodes.
+	for _, name := range []string{"master", "worker", "node-reader"} {
+		p := filepath.Join(dir, "openshift", "99-appliance-"+name+".yaml")
 		if !strings.Contains(out, p) {
 			t.Errorf("output does not name %s:\n%s", p, out)
 		}

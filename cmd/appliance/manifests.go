@@ -18,7 +18,11 @@ func newManifestsCmd(g *globalFlags) *cobra.Command {
 		Long: `Write the MachineConfig manifests DIR/openshift/99-appliance-master.yaml and
 99-appliance-worker.yaml, carrying the same files as 'appliance ignition', so the
 Machine Config Operator keeps them on every node through day-2 changes and
-upgrades:
+upgrades; and DIR/openshift/99-appliance-node-reader.yaml, the ClusterRole and
+ClusterRoleBinding appliance-node-reader that let the kubelets' credentials
+(group system:nodes) get, list and watch Nodes, which 'appliance run' reads as
+cluster members (since Kubernetes 1.34 the Node authorizer alone lets a kubelet
+read its own Node only):
 
   openshift-install create manifests --dir DIR
   appliance manifests --config appliance.yaml --dir DIR --image REGISTRY/appliance@sha256:...

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -16,14 +17,27 @@ import (
 // Options.LocalServer.
 const DefaultLocalServer = "https://localhost:6443"
 
+// NodeReaderName names the ClusterRole (get, list, watch nodes) and the
+// ClusterRoleBinding to the group system:nodes that let a kubelet's own
+// credentials list every Node, which the Node authorizer refuses them since
+// Kubernetes 1.34.
+const NodeReaderName = "appliance-node-reader"
+
+// NodeReaderManifest is where `appliance manifests` writes them, under the
+// installer's asset folder, so the bootstrap node applies them with the
+// cluster's other manifests.
+const NodeReaderManifest = "openshift/99-appliance-node-reader.yaml"
+
 // kubeletKubeconfigs are the kubelet's own kubeconfig files, in the order
 // Kubeconfig tries them: OpenShift's (RHCOS), then kubeadm's.
 var kubeletKubeconfigs = []string{"/var/lib/kubelet/kubeconfig", "/etc/kubernetes/kubelet.conf"}
 
 // Kubeconfig picks the kubeconfig to read: explicit when it is not empty
 // (the --kubeconfig flag), else the node's kubelet kubeconfig when one
-// exists, else "" (no Kubernetes API yet: the caller runs without this
-// member source, and mDNS and the config stay the only ones).
+// exists, else the first one whose folder exists (a kubelet writes its
+// kubeconfig only after its TLS bootstrap, so the Watcher waits for it),
+// else "" (no kubelet here: the caller runs without this member source,
+// and mDNS and the config stay the only ones).
 func Kubeconfig(explicit string) string {
 	return pickKubeconfig(explicit, kubeletKubeconfigs)
 }
@@ -34,6 +48,11 @@ func pickKubeconfig(explicit string, candidates []string) string {
 	}
 	for _, p := range candidates {
 		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return p
+		}
+	}
+	for _, p := range candidates {
+		if st, err := os.Stat(filepath.Dir(p)); err == nil && st.IsDir() {
 			return p
 		}
 	}

@@ -74,8 +74,13 @@ func TestKubeconfigPick(t *testing.T) {
 	dir := t.TempDir()
 	kubelet, kubeadm := filepath.Join(dir, "kubelet-kubeconfig"), filepath.Join(dir, "kubelet.conf")
 	cands := []string{kubelet, kubeadm}
-	if got := pickKubeconfig("", cands); got != "" {
-		t.Errorf("no kubeconfig anywhere: picked %q", got)
+	if got := pickKubeconfig("", []string{filepath.Join(dir, "no-such-dir", "kubeconfig")}); got != "" {
+		t.Errorf("no kubeconfig nor its folder anywhere: picked %q", got)
+	}
+	// No file yet, but the kubelet's folder exists: the first candidate is
+	// waited for.
+	if got := pickKubeconfig("", cands); got != kubelet {
+		t.Errorf("no kubeconfig yet: picked %q, want %q to wait for", got, kubelet)
 	}
 	if err := os.WriteFile(kubeadm, nil, 0o600); err != nil {
 		t.Fatal(err)

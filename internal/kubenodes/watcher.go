@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -68,6 +70,9 @@ type Status struct {
 	DownSince time.Time `json:"down_since,omitzero"`
 	Error     string    `json:"error,omitempty"`
 	Nodes     int       `json:"nodes"` // members this source holds in the State
+	// WaitingFor is the kubeconfig Run waits to appear (or to become
+	// loadable); empty once it is read.
+	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
 // Watcher keeps the Nodes of the Kubernetes API in a cluster.State. It is
@@ -87,7 +92,12 @@ type Watcher struct {
 	down     time.Time
 	lastSync time.Time
 	lastErr  string
+	waiting  bool // the kubeconfig is not loaded yet; Run waits for it
 }
+
+// kubeconfigPoll is how often Run looks for a kubeconfig that is not there
+// yet.
+var kubeconfigPoll = 2 * time.Second
 
 // New prepares a Watcher that will keep the Nodes behind opts.Kubeconfig
 // in state. It reads the kubeconfig but contacts nothing. It also routes
@@ -101,23 +111,84 @@ func New(state *cluster.State, opts Options, log *slog.Logger) (*Watcher, error)
 	} else {
 		routeClientLogs(log)
 	}
-	cfg, err := restConfig(opts.Kubeconfig, opts.LocalServer)
-	if err != nil {
+	if opts.Kubeconfig == "" {
+		return nil, errors.New("kubenodes: no kubeconfig given")
+	}
+	w := &Watcher{
+		state: state, opts: opts, server: opts.LocalServer,
+		log:   log.With("component", "kubenodes"),
+		known: map[string]cluster.Member{},
+	}
+	if _, err := os.Stat(opts.Kubeconfig); errors.Is(err, fs.ErrNotExist) {
+		// Not written yet: Run waits for it.
+		w.waiting = true
+		return w, nil
+	}
+	if err := w.load(); err != nil {
 		return nil, err
+	}
+	return w, nil
+}
+
+// load reads the kubeconfig and prepares the client.
+func (w *Watcher) load() error {
+	cfg, err := restConfig(w.opts.Kubeconfig, w.opts.LocalServer)
+	if err != nil {
+		return err
 	}
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("kubenodes: client for %s: %w", cfg.Host, err)
+		return fmt.Errorf("kubenodes: client for %s: %w", cfg.Host, err)
 	}
 	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
 	if err != nil {
-		return nil, fmt.Errorf("kubenodes: client for %s: %w", cfg.Host, err)
+		return fmt.Errorf("kubenodes: client for %s: %w", cfg.Host, err)
 	}
-	return &Watcher{
-		state: state, opts: opts, server: cfg.Host, client: cs, http: hc,
-		log:   log.With("component", "kubenodes", "server", cfg.Host),
-		known: map[string]cluster.Member{},
-	}, nil
+	w.mu.Lock()
+	w.server, w.client, w.http, w.waiting, w.lastErr = cfg.Host, cs, hc, false, ""
+	w.log = w.log.With("server", cfg.Host)
+	w.mu.Unlock()
+	return nil
+}
+
+// awaitKubeconfig returns once the kubeconfig is loaded, or false when ctx
+// ends first. A kubelet writes its kubeconfig after its TLS bootstrap, so
+// on a fresh node the file appears minutes after the static pod started.
+func (w *Watcher) awaitKubeconfig(ctx context.Context) bool {
+	w.mu.Lock()
+	waiting := w.waiting
+	w.mu.Unlock()
+	if !waiting {
+		return true
+	}
+	w.log.Info("waiting for the kubeconfig to appear (the kubelet writes its own after its TLS bootstrap); members come from the config and mDNS until then",
+		"kubeconfig", w.opts.Kubeconfig)
+	t := time.NewTicker(kubeconfigPoll)
+	defer t.Stop()
+	var lastErr string
+	for {
+		err := w.load()
+		if err == nil {
+			w.log.Info("kubeconfig found", "kubeconfig", w.opts.Kubeconfig)
+			return true
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			// Present but not usable yet (half written, its
+			// certificate not there yet): say so once per new error.
+			w.mu.Lock()
+			w.lastErr = err.Error()
+			w.mu.Unlock()
+			if err.Error() != lastErr {
+				w.log.Warn("kubeconfig not usable yet; still waiting", "kubeconfig", w.opts.Kubeconfig, "err", err)
+			}
+			lastErr = err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
 }
 
 // Name is the service's key in /status and in logs.
@@ -131,6 +202,9 @@ func (w *Watcher) Ready() error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.waiting {
+		return fmt.Errorf("kubenodes: waiting for kubeconfig %s", w.opts.Kubeconfig)
+	}
 	if w.lastErr != "" {
 		return fmt.Errorf("kubenodes: Nodes from %s not listed yet: %s", w.server, w.lastErr)
 	}
@@ -142,10 +216,14 @@ func (w *Watcher) Ready() error {
 func (w *Watcher) Status() any {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return Status{
+	st := Status{
 		Server: w.server, Reachable: w.api == apiUp || w.api == apiRefused, Synced: w.synced.Load(), LastSync: w.lastSync,
 		DownSince: w.down, Error: w.lastErr, Nodes: len(w.known),
 	}
+	if w.waiting {
+		st.WaitingFor = w.opts.Kubeconfig
+	}
+	return st
 }
 
 // Run watches Nodes and keeps the State in step until ctx ends, then
@@ -158,6 +236,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer w.running.Store(false)
 	// An earlier Run's view is not confirmed until this one has listed.
 	w.synced.Store(false)
+	if !w.awaitKubeconfig(ctx) {
+		return nil
+	}
 	// The informer's own logs (reflector, handler panics) go through our
 	// logger rather than klog's global one.
 	ctx = klog.NewContext(ctx, logr.FromSlogHandler(w.log.Handler()))
@@ -273,8 +354,11 @@ func (w *Watcher) contact(ctx context.Context, err error) {
 	if next == apiRefused {
 		// The Node authorizer limits a kubelet's own credentials to its
 		// own Node object (Kubernetes 1.34 and later), unless RBAC grants
-		// more.
-		w.log.Warn("Kubernetes API refuses this kubeconfig's credentials to list and watch Nodes; keeping the last view",
+		// more. The informer retries with its backoff; the last view and
+		// the configured members stay.
+		w.log.Warn("Kubernetes API refuses this kubeconfig's user to list and watch Nodes; keeping the last view and retrying. "+
+			"Grant get, list and watch on nodes: apply the ClusterRole and ClusterRoleBinding "+NodeReaderName+
+			" that 'appliance manifests' writes to "+NodeReaderManifest+" (kubectl apply -f it), or give --kubeconfig a user allowed to",
 			"kubeconfig", w.opts.Kubeconfig, "members", len(w.known), "err", err)
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -616,6 +617,12 @@ func TestRefusedCredentials(t *testing.T) {
 	if len(refused) != 1 || len(down) != 0 {
 		t.Errorf("logged the refusal %d times and an outage %d times, want once and never:\n%s", len(refused), len(down), logs.String())
 	}
+	// The warning names who is refused, and what grants it.
+	for _, want := range []string{"system:node:kubenodes-test", NodeReaderManifest, NodeReaderName, "list"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the refusal's log does not name %q:\n%s", want, logs.String())
+		}
+	}
 }
 
 // A Node deleted while the Watcher was not running leaves the State when
@@ -662,5 +669,49 @@ func TestRunAgainPrunes(t *testing.T) {
 	snap := st.Snapshot()
 	if !has(a, nil)(snap) || has(b, nil)(snap) {
 		t.Errorf("after running again: %+v, want %s only", snap.Members, a)
+	}
+}
+
+// A kubelet writes its kubeconfig after its TLS bootstrap, after the
+// static pod started: the Watcher waits for the file, says so in Status and
+// once in the log, and lists Nodes as soon as it appears.
+func TestKubeconfigAppearsLater(t *testing.T) {
+	requireAPI(t)
+	sel, p := testRun(t)
+	createNode(t, sel, node{name: p + "early", roles: []string{"worker"}, ips: []string{"192.0.2.60"}, ready: true})
+	kc := filepath.Join(t.TempDir(), "kubelet", "kubeconfig")
+	if got := pickKubeconfig("", []string{kc}); got != "" {
+		t.Fatalf("no kubelet folder yet: picked %q", got)
+	}
+	if err := os.MkdirAll(filepath.Dir(kc), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got := pickKubeconfig("", []string{kc}); got != kc {
+		t.Fatalf("kubelet folder without its kubeconfig: picked %q, want %q to wait for", got, kc)
+	}
+	log, logs := testLog()
+	st := newState()
+	w := startWatcher(t, st, Options{Kubeconfig: kc, LabelSelector: sel}, log)
+	time.Sleep(3 * kubeconfigPoll)
+	if s := status(w); s.WaitingFor != kc || s.Synced {
+		t.Errorf("status before the kubeconfig exists = %+v, want waiting for %s", s, kc)
+	}
+	if err := w.Ready(); err == nil || !strings.Contains(err.Error(), kc) {
+		t.Errorf("Ready before the kubeconfig exists = %v, want the file named", err)
+	}
+	raw, err := os.ReadFile(kube.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(kc, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, w, 5*kubeconfigPoll+appear)
+	waitFor(t, st, appear, "the Node listed once the kubeconfig appeared", has(p+"early", func(cluster.Member) bool { return true }))
+	if s := status(w); s.WaitingFor != "" || !s.Synced || s.Server == "" {
+		t.Errorf("status after = %+v, want synced, not waiting", s)
+	}
+	if n := len(logLines(t, logs, "waiting for the kubeconfig")); n != 1 {
+		t.Errorf("logged the wait %d times, want once:\n%s", n, logs.String())
 	}
 }
