@@ -89,6 +89,12 @@ type ActAnnounce struct{}
 type ActStateChange struct {
 	From, To State
 	Reason   string
+	// Predecessor, on becoming master, is the master that handed over
+	// alive: it sent priority 0, or it advertised a lower priority until
+	// we preempted it. Its open connections are still its own, so the new
+	// master can pass their packets back to it. Zero when the old master
+	// went silent (it may be dead) or none was known.
+	Predecessor netip.Addr
 }
 
 func (ActSendAdvert) isAction()  {}
@@ -124,6 +130,13 @@ type Machine struct {
 	masterDownAt time.Time // Master_Down_Timer, when backup
 	lowerSince   time.Time // backup: when a lower-priority master was first seen (PreemptDelay)
 	holding      bool      // VIPs taken and not yet released
+
+	// Backup: a master that is handing over alive (see
+	// ActStateChange.Predecessor): leaving sent priority 0; lower kept
+	// advertising below us, last at lowerAt, while we wait to preempt it.
+	leaving netip.Addr
+	lower   netip.Addr
+	lowerAt time.Time
 }
 
 // NewMachine returns a machine in StateInit. Zero Version, Priority and
@@ -254,7 +267,13 @@ func (m *Machine) leave(to State, reason string) []Action {
 	m.state = to
 	m.adverAt, m.masterDownAt, m.lowerSince = time.Time{}, time.Time{}, time.Time{}
 	m.masterAddr = netip.Addr{}
+	m.forgetHandover()
 	return acts
+}
+
+// forgetHandover drops what a backup knew of a master handing over.
+func (m *Machine) forgetHandover() {
+	m.leaving, m.lower, m.lowerAt = netip.Addr{}, netip.Addr{}, time.Time{}
 }
 
 // SetSelf changes our own address (the tie-break) after the interface's
@@ -300,10 +319,12 @@ func (m *Machine) receiveBackup(now time.Time, p Packet, src netip.Addr) []Actio
 		m.masterAddr = netip.Addr{}
 		m.lowerSince = time.Time{}
 		m.masterDownAt = now.Add(m.skew())
+		m.leaving = src
 		return nil
 	}
 	lower := p.Priority < m.priority
 	if lower && m.preempts() {
+		m.lower, m.lowerAt = src, now
 		if m.cfg.PreemptDelay <= 0 {
 			return nil // let Master_Down_Timer run out and take over
 		}
@@ -320,6 +341,7 @@ func (m *Machine) receiveBackup(now time.Time, p Packet, src netip.Addr) []Actio
 	m.adoptInterval(p)
 	m.masterAddr = src
 	m.masterDownAt = now.Add(m.MasterDownInterval())
+	m.forgetHandover()
 	return nil
 }
 
@@ -380,7 +402,8 @@ func (m *Machine) becomeMaster(now time.Time, reason string) []Action {
 	// The VIPs go in before the first advert: peers (and a leaving master
 	// waiting for its successor) act on the advert, so the address must
 	// already be ours when it goes out.
-	acts := []Action{ActStateChange{From: m.state, To: StateMaster, Reason: reason}}
+	acts := []Action{ActStateChange{From: m.state, To: StateMaster, Reason: reason, Predecessor: m.predecessor(now)}}
+	m.forgetHandover()
 	if !m.holding {
 		m.holding = true
 		acts = append(acts, ActTakeVIPs{})
@@ -394,7 +417,22 @@ func (m *Machine) becomeMaster(now time.Time, reason string) []Action {
 	return acts
 }
 
+// predecessor is the master handing over alive as we take over: one that
+// sent priority 0, else a lower-priority one still advertising within the
+// last Master_Down_Interval (we preempt it); zero when the master went
+// silent.
+func (m *Machine) predecessor(now time.Time) netip.Addr {
+	if m.leaving.IsValid() {
+		return m.leaving
+	}
+	if m.lower.IsValid() && now.Sub(m.lowerAt) <= m.MasterDownInterval() {
+		return m.lower
+	}
+	return netip.Addr{}
+}
+
 func (m *Machine) becomeBackup(now time.Time, interval time.Duration, master netip.Addr, reason string) []Action {
+	m.forgetHandover()
 	acts := m.release([]Action{ActStateChange{From: m.state, To: StateBackup, Reason: reason}})
 	m.state = StateBackup
 	if m.cfg.Version == 3 {

@@ -109,6 +109,14 @@ func fsmToMaster(from State, why string, prio uint8) []Action {
 
 func fsmFromBackup(prio uint8) []Action { return fsmToMaster(StateBackup, TransitionMasterDown, prio) }
 
+// fsmHandedOver is becoming master from backup with the old master handing
+// over alive (ActStateChange.Predecessor).
+func fsmHandedOver(prio uint8, pred netip.Addr) []Action {
+	acts := fsmFromBackup(prio)
+	acts[0] = ActStateChange{From: StateBackup, To: StateMaster, Reason: TransitionMasterDown, Predecessor: pred}
+	return acts
+}
+
 // skewOf is (256-prio)/256 of d, the reference the machine is checked against.
 func fsmSkew(prio int, d time.Duration) time.Duration { return time.Duration(256-prio) * d / 256 }
 
@@ -234,7 +242,7 @@ func TestMachineTransitions(t *testing.T) {
 				evRecv(time.Second, 100, fsmLow).expect(StateBackup).dl(3*time.Second + fsmSkew(200, time.Second)),
 				evRecv(2*time.Second, 100, fsmLow).expect(StateBackup),
 				evRecv(3*time.Second, 100, fsmLow).expect(StateBackup),
-				evTick(3*time.Second+fsmSkew(200, time.Second)).expect(StateMaster, fsmFromBackup(200)...),
+				evTick(3*time.Second+fsmSkew(200, time.Second)).expect(StateMaster, fsmHandedOver(200, fsmLow)...),
 				evRecv(4*time.Second, 100, fsmLow).expect(StateMaster),
 			},
 		},
@@ -263,7 +271,7 @@ func TestMachineTransitions(t *testing.T) {
 					dl(100*fsmMS + 3*time.Second + fsmSkew(255, time.Second)),
 				// A lower-priority master is ignored, so the timer runs out.
 				evRecv(time.Second, 100, fsmLow).expect(StateBackup).dl(100*fsmMS + 3*time.Second + fsmSkew(255, time.Second)),
-				evTick(100*fsmMS+3*time.Second+fsmSkew(255, time.Second)).expect(StateMaster, fsmFromBackup(255)...),
+				evTick(100*fsmMS+3*time.Second+fsmSkew(255, time.Second)).expect(StateMaster, fsmHandedOver(255, fsmLow)...),
 			},
 		},
 		{
@@ -289,7 +297,20 @@ func TestMachineTransitions(t *testing.T) {
 				evRecv(time.Second, 150, fsmLow).expect(StateBackup).dl(time.Second + mdi),
 				evRecv(2*time.Second, 0, fsmLow).expect(StateBackup).dl(2*time.Second + fsmSkew(100, time.Second)).mst(netip.Addr{}),
 				evTick(2*time.Second + fsmSkew(100, time.Second) - 1).expect(StateBackup),
-				evTick(2*time.Second+fsmSkew(100, time.Second)).expect(StateMaster, fsmFromBackup(100)...),
+				evTick(2*time.Second+fsmSkew(100, time.Second)).expect(StateMaster, fsmHandedOver(100, fsmLow)...),
+			},
+		},
+		{
+			name: "a master that went silent is no predecessor, even after a priority-0 release earlier",
+			cfg:  base,
+			steps: []fsmStep{
+				evStart(0).expect(StateBackup, actChg(StateInit, StateBackup, TransitionStart)),
+				evRecv(time.Second, 150, fsmLow).expect(StateBackup),
+				evRecv(2*time.Second, 0, fsmLow).expect(StateBackup),
+				// Another master answers the release before our skew runs out...
+				evRecv(2*time.Second+fsmMS, 150, fsmHigh).expect(StateBackup).mst(fsmHigh),
+				// ...then dies.
+				evTick(2*time.Second+fsmMS+mdi).expect(StateMaster, fsmFromBackup(100)...),
 			},
 		},
 		{
@@ -431,7 +452,7 @@ func TestMachineTransitions(t *testing.T) {
 				evRecv(6*time.Second, 100, fsmLow).expect(StateBackup).dl(8*time.Second + fsmSkew(200, time.Second)),
 				evRecv(7*time.Second, 100, fsmLow).expect(StateBackup),
 				evRecv(8*time.Second, 100, fsmLow).expect(StateBackup),
-				evTick(8*time.Second+fsmSkew(200, time.Second)).expect(StateMaster, fsmFromBackup(200)...),
+				evTick(8*time.Second+fsmSkew(200, time.Second)).expect(StateMaster, fsmHandedOver(200, fsmLow)...),
 			},
 		},
 		{

@@ -46,10 +46,13 @@ type Status struct {
 	State     string         `json:"state"`
 	Priority  uint8          `json:"priority"`
 	Master    netip.Addr     `json:"master,omitzero"`
-	Since     time.Time      `json:"since"`
-	Collision string         `json:"collision,omitempty"`
-	Fault     string         `json:"fault,omitempty"`
-	Tracks    []TrackResult  `json:"tracks,omitempty"`
+	// Predecessor is, while master, the master that handed over to us
+	// alive (ActStateChange.Predecessor); zero otherwise.
+	Predecessor netip.Addr    `json:"predecessor,omitzero"`
+	Since       time.Time     `json:"since"`
+	Collision   string        `json:"collision,omitempty"`
+	Fault       string        `json:"fault,omitempty"`
+	Tracks      []TrackResult `json:"tracks,omitempty"`
 }
 
 // Instance runs one virtual router. Create it with New and run it with Run.
@@ -768,6 +771,7 @@ func (r *runner) handle(now time.Time, in received) {
 	r.metrics.received.WithLabelValues(r.cfg.Name).Inc()
 	wasMaster := r.m.State() == StateMaster
 	r.apply(now, r.m.Receive(now, in.v.Packet, in.meta.Src))
+	r.masterLearned()
 	if wasMaster && r.m.State() == StateMaster && in.v.Packet.Priority > 0 && in.v.Packet.Priority <= r.m.Priority() {
 		r.reassert(now, in.meta.Src)
 	}
@@ -919,7 +923,25 @@ func (r *runner) stateChanged(now time.Time, a ActStateChange) {
 		s.Since = now
 		s.Priority = r.m.Priority()
 		s.Master = r.m.MasterAddr()
+		s.Predecessor = a.Predecessor
 	})
+}
+
+// masterLearned publishes the master a backup follows when it changes
+// (adverts from a new master, or none after a priority-0 release): state
+// changes alone would leave a backup that started before the master
+// showing none.
+func (r *runner) masterLearned() {
+	if r.m.State() != StateBackup {
+		return
+	}
+	m := r.m.MasterAddr()
+	r.mu.Lock()
+	same := r.status.Master == m
+	r.mu.Unlock()
+	if !same {
+		r.updateStatus(func(s *Status) { s.Master = m })
+	}
 }
 
 func stateGauge(s State) int {

@@ -49,9 +49,12 @@ type VIPStatus struct {
 	Kind       VIPKind
 	LocalState string     // VIPStateInit, VIPStateBackup, VIPStateMaster or VIPStateFault
 	Master     netip.Addr // the router currently advertising; zero if unknown
-	Priority   uint8      // this node's priority
-	Since      time.Time  // when LocalState last changed
-	Collision  string     // non-empty when another router uses this VRID differently
+	// Predecessor is, while this node is master, the master that handed
+	// the VIP over alive (vrrp.Status.Predecessor); zero otherwise.
+	Predecessor netip.Addr
+	Priority    uint8     // this node's priority
+	Since       time.Time // when LocalState last changed
+	Collision   string    // non-empty when another router uses this VRID differently
 }
 
 // Snapshot is one immutable version of the live state. Callers share it and

@@ -139,7 +139,7 @@ func unicastPeers(cfg *cluster.Config, snap *cluster.Snapshot, kind cluster.VIPK
 // vipStatus turns an instance's status into the cluster view's entry.
 func vipStatus(kind cluster.VIPKind, vrid uint8, s vrrp.Status) cluster.VIPStatus {
 	v := cluster.VIPStatus{Name: s.Name, VRID: vrid, Kind: kind, LocalState: s.State, Master: s.Master,
-		Priority: s.Priority, Since: s.Since, Collision: s.Collision}
+		Predecessor: s.Predecessor, Priority: s.Priority, Since: s.Since, Collision: s.Collision}
 	if len(s.VIPs) > 0 {
 		v.VIP = s.VIPs[0].Addr()
 	}
