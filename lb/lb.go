@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -155,19 +156,20 @@ func keepAliveListen(idle time.Duration) func(network, addr string) (net.Listene
 // LB is the load balancer: one proxy and pool per service, the membership
 // watch that feeds the pools, and the VIP redirect that follows their health.
 type LB struct {
-	opts    Options
-	state   *cluster.State
-	vips    []netip.Addr
-	dual    bool // API VIPs of both families: backends and clients by family
-	log     *slog.Logger
-	metrics *Metrics
-	redir   *Redirector
-	proxies []*proxy
-	poolOpt []PoolOptions
-	kick    chan struct{}
-	mu      sync.Mutex
-	rules   []Redirect
-	repair  *RedirectRepair // the last repair of the redirect table
+	opts     Options
+	state    *cluster.State
+	vips     []netip.Addr
+	dual     bool // API VIPs of both families: backends and clients by family
+	log      *slog.Logger
+	metrics  *Metrics
+	redir    *Redirector
+	proxies  []*proxy
+	poolOpt  []PoolOptions
+	kick     chan struct{}
+	mu       sync.Mutex
+	rules    []Redirect
+	repair   *RedirectRepair // the last repair of the redirect table
+	handback []Handback      // installed handback rules
 	// watch tunes the redirect's watcher; tests shorten it.
 	watch WatchOptions
 }
@@ -346,6 +348,9 @@ type Status struct {
 	// LastRepair is the last time the redirect table was found changed by
 	// someone else and put back; absent when that never happened.
 	LastRepair *RedirectRepair `json:"last_redirect_repair,omitempty"`
+	// Handback lists where connections this node does not know go (see
+	// Handback): "VIP:port -> node".
+	Handback []string `json:"handback,omitempty"`
 }
 
 // Status reports the pools' backends and the installed redirects.
@@ -358,6 +363,9 @@ func (l *LB) Status() Status {
 	for _, r := range l.rules {
 		s.Redirect = append(s.Redirect, fmt.Sprintf("%s -> :%d", netip.AddrPortFrom(r.VIP, r.Port), r.ToPort))
 	}
+	for _, h := range l.handback {
+		s.Handback = append(s.Handback, fmt.Sprintf("%s -> %s", netip.AddrPortFrom(h.VIP, h.Port), h.To))
+	}
 	if l.repair != nil {
 		r := *l.repair
 		s.LastRepair = &r
@@ -366,14 +374,19 @@ func (l *LB) Status() Status {
 	return s
 }
 
-// Run serves until ctx ends, then removes the redirect (so VIP traffic
-// reaches the local server directly), stops accepting, lets open sessions
-// drain for up to DrainTimeout and closes what is left.
+// Run serves until ctx ends, then stops redirecting new connections (VIP
+// traffic reaches the local server directly), stops accepting, lets open
+// sessions drain for up to DrainTimeout, closes what is left and removes
+// its tables.
 func (l *LB) Run(ctx context.Context) error {
 	if l.redir != nil {
 		// A crashed run may have left the table; its rules could point at
 		// a port nobody listens on.
 		if err := l.redir.Remove(); err != nil {
+			l.closeListeners()
+			return err
+		}
+		if err := l.redir.ApplyHandback(nil, true); err != nil {
 			l.closeListeners()
 			return err
 		}
@@ -414,6 +427,11 @@ func (l *LB) Run(ctx context.Context) error {
 		defer close(watchDone)
 		l.watchRedirect(ctx)
 	}()
+	handbackDone := make(chan struct{})
+	go func() {
+		defer close(handbackDone)
+		l.followHandback(ctx)
+	}()
 
 	<-ctx.Done()
 	<-redirDone
@@ -422,8 +440,8 @@ func (l *LB) Run(ctx context.Context) error {
 	// closes.
 	<-watchDone
 	if l.redir != nil {
-		if err := l.redir.Remove(); err != nil {
-			l.log.Error("remove redirect", "err", err)
+		if err := l.redir.Hold(); err != nil {
+			l.log.Error("empty redirect", "err", err)
 		}
 		l.setRules(nil)
 	}
@@ -432,6 +450,15 @@ func (l *LB) Run(ctx context.Context) error {
 	}
 	l.closeListeners()
 	l.drain()
+	<-handbackDone
+	if l.redir != nil {
+		if err := l.redir.Remove(); err != nil {
+			l.log.Error("remove redirect", "err", err)
+		}
+		if err := l.redir.ApplyHandback(nil, true); err != nil {
+			l.log.Error("remove handback", "err", err)
+		}
+	}
 	stopChecks()
 	for _, x := range l.proxies {
 		x.pool.stop()
@@ -544,4 +571,115 @@ func (l *LB) reconcileRedirect(ctx context.Context) {
 		}
 		l.setRules(want)
 	}
+}
+
+// handbackCheck is how often followHandback makes sure its tables are
+// still there: nothing else watches them, and they only matter at the
+// instant of a takeover.
+const handbackCheck = 5 * time.Second
+
+// followHandback keeps the handback tables (see Handback) in step with
+// this node's VRRP state of the API VIPs until ctx ends.
+func (l *LB) followHandback(ctx context.Context) {
+	if l.redir == nil {
+		return
+	}
+	window := handbackWindow(l.opts.DrainTimeout)
+	last := map[netip.Addr]netip.Addr{} // VIP → the master a backup last followed
+	sub := l.state.Subscribe(ctx)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	check := time.NewTicker(handbackCheck)
+	defer check.Stop()
+	var snap *cluster.Snapshot
+	force := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s, ok := <-sub:
+			if !ok {
+				return
+			}
+			snap = s
+		case <-timer.C:
+		case <-check.C:
+			missing, err := l.redir.HandbackMissing()
+			if err != nil {
+				l.log.Error("check handback tables", "err", err)
+			}
+			if !missing && !force {
+				continue
+			}
+			if missing {
+				l.log.Warn("handback table removed by someone else; restoring it", "table", HandbackTable)
+			}
+			force = true
+		}
+		if snap == nil {
+			continue
+		}
+		want, until := l.wantHandback(snap, last, time.Now(), window)
+		if !until.IsZero() {
+			timer.Reset(time.Until(until))
+		}
+		if err := l.redir.ApplyHandback(want, force); err != nil {
+			l.log.Error("apply handback", "err", err)
+			force = true // the next check retries
+			continue
+		}
+		force = false
+		l.mu.Lock()
+		was := l.handback
+		l.handback = want
+		l.mu.Unlock()
+		for _, h := range want {
+			if snapMaster(snap, h.VIP) && !slices.Contains(was, h) {
+				l.log.Info("passing connections this node does not know back to the previous VIP holder",
+					"vip", h.VIP, "port", h.Port, "to", h.To, "for", window)
+			}
+		}
+	}
+}
+
+// wantHandback is the handback rules for snap's VIP states (handbackTo,
+// for each API VIP this LB redirects and each pool's VIP port), and the
+// earliest time they change on their own.
+func (l *LB) wantHandback(snap *cluster.Snapshot, last map[netip.Addr]netip.Addr, now time.Time, window time.Duration) ([]Handback, time.Time) {
+	var want []Handback
+	var until time.Time
+	for _, st := range snap.VIPs {
+		if !slices.Contains(l.vips, st.VIP) {
+			continue
+		}
+		to, keep, u := handbackTo(st, last[st.VIP], now, window)
+		last[st.VIP] = keep
+		if !u.IsZero() && (until.IsZero() || u.Before(until)) {
+			until = u
+		}
+		// IPv4 only: the kernel redirects IPv6 to the first global address
+		// of the interface, the VIP itself while it is there, so the old
+		// holder's sessions are bound to the VIP and cannot take a packet
+		// once it is gone; passing them back would turn a reset into a
+		// timeout.
+		if !to.IsValid() || !to.Is4() || !st.VIP.Is4() {
+			continue
+		}
+		for _, po := range l.poolOpt {
+			if po.VIPPort != 0 {
+				want = append(want, Handback{VIP: st.VIP, Port: po.VIPPort, To: to})
+			}
+		}
+	}
+	return want, until
+}
+
+// snapMaster reports whether this node is master of vip in snap.
+func snapMaster(snap *cluster.Snapshot, vip netip.Addr) bool {
+	for _, st := range snap.VIPs {
+		if st.VIP == vip {
+			return st.LocalState == cluster.VIPStateMaster
+		}
+	}
+	return false
 }

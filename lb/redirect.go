@@ -33,8 +33,9 @@ type Redirector struct {
 	table   string
 	netnsFd int // 0: the caller's (the process's) namespace
 
-	mu      sync.Mutex
-	current []Redirect // nil: never applied; empty: no table wanted
+	mu       sync.Mutex
+	current  []Redirect // nil: never applied; empty: no table wanted
+	handback []Handback // the handback tables' rules (ApplyHandback); nil: never applied
 
 	// ownTIDs are the threads our batches were sent from (see flush).
 	tidMu   sync.Mutex
@@ -131,6 +132,9 @@ func (r *Redirector) install(rules []Redirect) error {
 		c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: redirectExprs(rd, false)})
 		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: redirectExprs(rd, true)})
 	}
+	if len(rules) == 0 {
+		c.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: holdExprs()})
+	}
 	if err := r.flush(c); err != nil {
 		return fmt.Errorf("lb: install redirect table %s: %w", r.table, err)
 	}
@@ -187,6 +191,23 @@ func chainSpec(t *nftables.Table, name string) *nftables.Chain {
 		Name: name, Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: hook, Priority: nftables.ChainPriorityNATDest,
 	}
+}
+
+// Hold replaces the redirects with a rule that only keeps conntrack
+// running, for a draining LB. The packets of connections already
+// redirected are translated by their conntrack entries, not by the rules,
+// but only while conntrack runs in the namespace, and it runs only while
+// some rule needs it: on a node where nothing else does, deleting the
+// redirects would cut every session still draining (measured:
+// TestNetnsHandback). New connections are no longer redirected.
+func (r *Redirector) Hold() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.install(nil); err != nil {
+		return err
+	}
+	r.current = []Redirect{}
+	return nil
 }
 
 // Remove deletes the table if it exists: at start (a crashed run may have
@@ -251,6 +272,18 @@ func redirectExprs(rd Redirect, local bool) []expr.Any {
 		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(rd.ToPort)},
 		&expr.Redir{RegisterProtoMin: 1},
 	)
+}
+
+// holdExprs builds `ct state established counter`: it matches nothing
+// (NAT chains see a connection's first packet only) but needs conntrack.
+func holdExprs() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+		&expr.Counter{},
+	}
 }
 
 func compareRedirect(a, b Redirect) int {
