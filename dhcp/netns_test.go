@@ -638,3 +638,86 @@ func TestNetnsSocketReopens(t *testing.T) {
 		t.Errorf("socket re-opens %v, want 1", n)
 	}
 }
+
+// TestNetnsFollowsBridge: the node's address moves from eth0 onto a bridge
+// with eth0 as its port, as NetworkManager does for OVN-Kubernetes's br-ex.
+// The server bound to eth0 then hears nothing; SetInterface moves it and
+// clients get their leases again.
+func TestNetnsFollowsBridge(t *testing.T) {
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "dhcpbr"})
+	n0, n1 := lab.Nodes[0], lab.Nodes[1]
+	flushAddrs(t, n1)
+	var s *Server
+	if err := n0.Do(func() error {
+		var err error
+		s, err = New(labOptions(""), NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.listen = func(iface string) (*net.UDPConn, error) {
+		var c *net.UDPConn
+		err := n0.Do(func() error {
+			var err error
+			c, err = listen(iface)
+			return err
+		})
+		return c, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server run: %v", err)
+		}
+	}()
+	lease := func() (netip.Addr, error) {
+		var got netip.Addr
+		err := n1.Do(func() error {
+			c, err := nclient4.New("eth0", nclient4.WithTimeout(500*time.Millisecond), nclient4.WithRetry(3))
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			l, err := c.Request(context.Background())
+			if err != nil {
+				return err
+			}
+			got = addr(l.ACK.YourIPAddr)
+			return nil
+		})
+		return got, err
+	}
+	if got, err := lease(); err != nil || got != n1Reserved {
+		t.Fatalf("before the move: leased %v (%v), want %v", got, err, n1Reserved)
+	}
+	for _, c := range [][]string{
+		{"ip", "link", "add", "br-ex", "type", "bridge"},
+		{"ip", "link", "set", "br-ex", "address", "52:54:00:7e:00:10"},
+		{"ip", "link", "set", "eth0", "master", "br-ex"},
+		{"ip", "addr", "flush", "dev", "eth0"},
+		{"ip", "addr", "add", "192.168.126.10/24", "dev", "br-ex"},
+		{"ip", "link", "set", "br-ex", "up"},
+	} {
+		if out, err := n0.Run(context.Background(), c[0], c[1:]...); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	if got, err := lease(); err == nil {
+		t.Fatalf("a server bound to the bridge port still answered (%v): the test does not reproduce the move", got)
+	}
+	if err := s.SetInterface("br-ex"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := lease(); err != nil || got != n1Reserved {
+		t.Fatalf("after SetInterface(br-ex): leased %v (%v), want %v", got, err, n1Reserved)
+	}
+	if st := s.Status(); st.Interface != "br-ex" {
+		t.Errorf("status interface %q, want br-ex", st.Interface)
+	}
+	if n := testutil.ToFloat64(s.metrics.reopens); n != 0 {
+		t.Errorf("the move counted %v socket failures, want 0", n)
+	}
+}

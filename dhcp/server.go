@@ -40,6 +40,12 @@ type Server struct {
 	metrics *Metrics
 	log     *slog.Logger
 	conn    atomic.Pointer[net.UDPConn] // replaced when the socket is opened again
+
+	// sockMu orders opening and closing the socket: the reader's re-open,
+	// SetInterface and the close when Run ends.
+	sockMu  sync.Mutex
+	iface   string // the interface the socket is bound to
+	stopped bool   // Run has ended: open nothing more
 	// listen opens the socket; tests replace it to inject failures.
 	listen  func(iface string) (*net.UDPConn, error)
 	prober  *prober
@@ -98,6 +104,7 @@ func New(opts Options, metrics *Metrics, log *slog.Logger) (*Server, error) {
 		listen:  listen,
 	}
 	s.debug = s.log.Enabled(context.Background(), slog.LevelDebug)
+	s.iface = opts.Interface
 	conn, err := s.listen(opts.Interface)
 	if err != nil {
 		return nil, err
@@ -204,10 +211,41 @@ type ReservedStatus struct {
 	LastAck  *time.Time `json:"lastAck,omitempty"`
 }
 
+// SetInterface moves the server to interface name, where the node's
+// address went: NetworkManager or OVN-Kubernetes moving it onto a bridge
+// (br-ex) leaves the old device a bridge port, whose broadcasts the stack
+// now receives on the bridge, so a socket bound to the port hears nothing.
+// It opens the socket there first and closes the old one only once that
+// worked; on error the server stays where it was. The ARP prober stays on
+// the old device: a port still sends and sees the segment's frames.
+func (s *Server) SetInterface(name string) error {
+	s.sockMu.Lock()
+	defer s.sockMu.Unlock()
+	if s.stopped || name == "" || name == s.iface {
+		return nil
+	}
+	c, err := s.listen(name)
+	if err != nil {
+		return fmt.Errorf("dhcp: move from %s to %s: %w", s.iface, name, err)
+	}
+	old := s.conn.Swap(c)
+	s.log.Info("moved to another interface", "from", s.iface, "to", name)
+	s.iface = name
+	old.Close()
+	return nil
+}
+
+// Interface is the interface the server listens on.
+func (s *Server) Interface() string {
+	s.sockMu.Lock()
+	defer s.sockMu.Unlock()
+	return s.iface
+}
+
 // Status returns the server's state for /status.
 func (s *Server) Status() Status {
 	st := Status{
-		Interface: s.opts.Interface, ServerID: s.opts.ServerID,
+		Interface: s.Interface(), ServerID: s.opts.ServerID,
 		Reservations: len(s.opts.Reservations), ServingPool: s.servePool() && !s.opts.Pool.IsZero(),
 		Leases: s.store.Leases(), LeaseTime: s.policy.leaseTime.String(),
 	}
@@ -271,11 +309,11 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		})
 	}
-	var mu sync.Mutex // orders the closing on ctx against a re-open
 	stop := context.AfterFunc(ctx, func() {
-		mu.Lock()
+		s.sockMu.Lock()
+		s.stopped = true
 		s.conn.Load().Close()
-		mu.Unlock()
+		s.sockMu.Unlock()
 	})
 	defer stop()
 	var rerr error
@@ -289,6 +327,9 @@ func (s *Server) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
+			if s.conn.Load() != conn {
+				continue // SetInterface moved the socket
+			}
 			// A reader that stops would leave the server up and deaf:
 			// open the socket again, backing off while that fails.
 			s.metrics.reopens.Inc()
@@ -299,15 +340,15 @@ func (s *Server) Run(ctx context.Context) error {
 			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, maxReopen)
-			mu.Lock()
-			if ctx.Err() == nil {
-				if c, err := s.listen(s.opts.Interface); err != nil {
+			s.sockMu.Lock()
+			if !s.stopped && s.conn.Load() == conn {
+				if c, err := s.listen(s.iface); err != nil {
 					s.log.Warn("cannot open the socket yet", "err", err)
 				} else {
 					s.conn.Store(c)
 				}
 			}
-			mu.Unlock()
+			s.sockMu.Unlock()
 			continue
 		}
 		backoff = minReopen

@@ -234,6 +234,12 @@ func (n *Node) Stages() []service.Stage {
 				in.SetInterface(v.Interface)
 			}
 		}
+		if n.dhcp != nil {
+			if err := n.dhcp.SetInterface(v.Interface); err != nil {
+				// It keeps serving where it was; the next move tries again.
+				n.log.Error("DHCP cannot follow the node's address", "interface", v.Interface, "err", err)
+			}
+		}
 	}
 	return append(stages, append(sources, HostService(n.host, n.view.Interface, moved)))
 }
