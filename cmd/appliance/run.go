@@ -29,6 +29,7 @@ type runFlags struct {
 	mcsListen   string
 	readyz      string
 	kubeconfig  string
+	dhcpLeases  string
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -63,6 +64,9 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 			// The embedded DNS server logs through the standard logger.
 			stdlog.SetFlags(0)
 			stdlog.SetOutput(slog.NewLogLogger(log.Handler(), slog.LevelInfo).Writer())
+			if cmd.Flags().Changed("dhcp-leases") {
+				cfg.DHCP.LeaseFile = f.dhcpLeases
+			}
 			lo := lb.DefaultOptions()
 			lo.API.Listen, lo.MCS.Listen = f.apiListen, f.mcsListen
 			// CoreDNS's own metrics live in the default registry, which
@@ -98,5 +102,6 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "watch the Kubernetes Nodes as members with this kubeconfig (default: the kubelet's, when present; it must be allowed to list and watch Nodes)")
 	fl.StringVar(&f.readyz, "bootstrap-readyz", node.DefaultAPIServerReadyz, "on the bootstrap node: its own apiserver's readiness, which its API VIP follows")
+	fl.StringVar(&f.dhcpLeases, "dhcp-leases", cluster.DefaultDHCPLeaseFile, "lease file of the DHCP pool when dhcp.enabled (default dhcp.leaseFile)")
 	return cmd
 }

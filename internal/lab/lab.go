@@ -79,6 +79,9 @@ type Result struct {
 	// Day2WorkerDNS is when worker-0's DNS answered, when it did not at
 	// once.
 	Day2WorkerDNS time.Duration
+	// DHCPReserved and DHCPPool say what worker-0 (a reservation) and the
+	// day-2 worker (the pool) were answered.
+	DHCPReserved, DHCPPool string
 }
 
 // run is one run of the lab.
@@ -250,7 +253,9 @@ func (r *run) startApp(n *netlab.Node, key string, args ...string) error {
 
 func (r *run) startRun(n *netlab.Node, cfg string, extra ...string) error {
 	name := r.names[n]
-	args := append([]string{"run", "--config", cfg, "--node", name, "--admin-listen", adminListen}, r.kubeRunArgs()...)
+	// Each node keeps its own pool leases, as on its own disk.
+	args := append([]string{"run", "--config", cfg, "--node", name, "--admin-listen", adminListen,
+		"--dhcp-leases", filepath.Join(r.lab.Dir(), "dhcp-leases-"+name+".json")}, r.kubeRunArgs()...)
 	return r.startApp(n, "run/"+name, append(args, extra...)...)
 }
 
@@ -307,9 +312,11 @@ nodes:`, r.boot.IPv4.Masked(), apiVIP, ingressVIP)
 			b.WriteString("\n")
 		}
 		role := strings.TrimRight(r.names[n], "-0123456789")
-		fmt.Fprintf(&b, "  - {name: %s, role: %s, ips: [%s]}   # namespace %s\n", r.names[n], role, n.IPv4.Addr(), n.Name)
+		fmt.Fprintf(&b, "  - {name: %s, role: %s, mac: %s, ips: [%s]}   # namespace %s\n", r.names[n], role, n.MAC, n.IPv4.Addr(), n.Name)
 	}
 	fmt.Fprintf(&b, "vrrp: {advertInterval: %s}\nlb: {mcs: true}\ndns: {mdns: true}\n", r.o.AdvertInterval)
+	start, end := r.dhcpPool()
+	fmt.Fprintf(&b, "dhcp: {enabled: true, leaseTime: 1h, pool: {start: %s, end: %s}}   # on the bootstrap and masters\n", start, end)
 	return b.String()
 }
 

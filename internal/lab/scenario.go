@@ -117,6 +117,8 @@ func (r *run) bootstrapSection() error {
 		return err
 	}
 	r.say("ingress VIP %s on %s", ingressVIP, r.holder(ingressVIP))
+	// Every DHCP server answers a reservation alike; the first offer wins.
+	r.res.DHCPReserved = r.askDHCP(r.workers[0], "reserved in appliance.yaml")
 
 	dnsSrv := r.masters[0].IPv4.Addr()
 	for _, name := range []string{"api." + Domain, "api-int." + Domain, "console-openshift-console.apps." + Domain, "worker-1." + Domain} {
@@ -381,6 +383,7 @@ func (r *run) day2Section() error {
 	r.names[n] = "worker-2"
 	r.workers = append(r.workers, n)
 	r.say("worker-2: new namespace %s, %s", n.Name, n.IPv4.Addr())
+	r.res.DHCPPool = r.askDHCP(n, "in no appliance.yaml: the pool, from the API VIP's holder "+r.holder(apiVIP))
 	var dnsSrv *netlab.Node
 	for _, m := range r.masters {
 		if r.names[m] != r.res.Killed {
@@ -517,6 +520,8 @@ func (r *run) summary() {
 		joined = "its Node object was created"
 	}
 	line("day-2 worker answered by DNS", "%s after %s", res.Day2DNS.Round(time.Millisecond), joined)
+	line("DHCP, a reservation", "%s", res.DHCPReserved)
+	line("DHCP, the pool", "%s", res.DHCPPool)
 	if res.Day2WorkerDNS > 0 {
 		line("... by worker-0's (API through the VIP)", "%s after", res.Day2WorkerDNS.Round(time.Millisecond))
 	}
