@@ -444,6 +444,10 @@ func (l *LB) Run(ctx context.Context) error {
 			l.log.Error("empty redirect", "err", err)
 		}
 		l.setRules(nil)
+		// Closing the listener resets the connections still in its
+		// queues (handshake done or under way, not yet accepted): keep
+		// accepting them a moment. No new ones come through the VIP now.
+		time.Sleep(min(acceptGrace, l.opts.DrainTimeout/4))
 	}
 	for _, x := range l.proxies {
 		x.stopAccepting()
@@ -572,6 +576,10 @@ func (l *LB) reconcileRedirect(ctx context.Context) {
 		l.setRules(want)
 	}
 }
+
+// acceptGrace is how long a stopping LB keeps accepting after its redirect
+// stopped taking new connections (at most a quarter of DrainTimeout).
+const acceptGrace = 500 * time.Millisecond
 
 // handbackCheck is how often followHandback makes sure its tables are
 // still there: nothing else watches them, and they only matter at the

@@ -655,6 +655,11 @@ type handoverResult struct {
 	slowest                    time.Duration // the longest answered call
 	takeover                   time.Duration // the event → a master holds the VIP
 	failures                   []string
+	// The kept connection: calls answered on it from the event until the
+	// client closed it, a second into the bootstrap's teardown, and the
+	// error that broke it first ("" when none did).
+	keptAfter int
+	keptErr   string
 }
 
 // handoverCaller calls GET /version through addr from a node every period
@@ -798,9 +803,11 @@ func stackHandoverCluster(t *testing.T) *handoverCluster {
 func handover(t *testing.T, c *handoverCluster, readyzFirst bool) handoverResult {
 	nodes := c.lab.Nodes[:4]
 	caller := startHandoverCaller(t, c.lab.Nodes[4], labVIP.String()+":6443", 20*time.Millisecond)
+	kept := startKeptCaller(t, c.lab.Nodes[4], labVIP.String()+":6443", 20*time.Millisecond)
 	time.Sleep(time.Second)
 	var took time.Duration
 	event := time.Now()
+	kept.mark()
 	defer func() {
 		t.Logf("event at %s, a master alone held the VIP at %s", event.Format("15:04:05.000"), event.Add(took).Format("15:04:05.000"))
 	}()
@@ -811,16 +818,22 @@ func handover(t *testing.T, c *handoverCluster, readyzFirst bool) handoverResult
 		var m int
 		m, took = waitMaster(t, nodes, 30*time.Second)
 		waitHolder(t, nodes, labVIP, m, 15*time.Second, time.Second)
-		c.stop()
-	} else {
-		stopped := make(chan struct{})
-		go func() { c.stop(); close(stopped) }()
-		_, took = waitMaster(t, nodes, 30*time.Second)
-		<-stopped
 	}
+	// The teardown; the kept connection's client leaves a second into it
+	// (a draining LB would otherwise wait for it to its drain timeout).
+	stopping := time.Now()
+	stopped := make(chan struct{})
+	go func() { c.stop(); close(stopped) }()
+	if !readyzFirst {
+		_, took = waitMaster(t, nodes, 30*time.Second)
+	}
+	time.Sleep(time.Until(stopping.Add(time.Second)))
+	kept.close()
+	<-stopped
 	time.Sleep(time.Second)
 	r := caller.result()
 	r.takeover = took
+	_, r.keptAfter, r.keptErr = kept.firstError()
 	return r
 }
 
@@ -856,8 +869,8 @@ func TestBenchRunHandover(t *testing.T) {
 				im := impls[ii]
 				t.Run(fmt.Sprintf("%s_%s_%d", strings.Fields(im.name)[0], strings.ReplaceAll(sc.name, " ", "_"), i), func(t *testing.T) {
 					r := handover(t, im.build(t), sc.readyzFirst)
-					t.Logf("%s, %s, run %d: %d answered (slowest %s), %d could not connect, %d reset, %d other; a master held the VIP %s after the event (load average %s)",
-						im.name, sc.name, i, r.ok, r.slowest.Round(time.Millisecond), r.connFail, r.reset, r.other, r.takeover.Round(time.Millisecond), loadavg())
+					t.Logf("%s, %s, run %d: %d answered (slowest %s), %d could not connect, %d reset, %d other; a master held the VIP %s after the event; kept connection: %d answered after the event, broken by %q (load average %s)",
+						im.name, sc.name, i, r.ok, r.slowest.Round(time.Millisecond), r.connFail, r.reset, r.other, r.takeover.Round(time.Millisecond), r.keptAfter, r.keptErr, loadavg())
 					if len(r.failures) > 0 {
 						t.Logf("failed calls:\n  %s", strings.Join(r.failures, "\n  "))
 					}
@@ -868,20 +881,24 @@ func TestBenchRunHandover(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nBootstrap teardown, a call every 20 ms on a new connection through the VIP, %d runs each (load average %s)\n\n", runs, loadavg())
-	b.WriteString("| scenario | implementation | calls answered | could not connect (per run) | reset once connected (per run) | other failures | slowest answered call (per run) | event → a master holds the VIP (min / median / max) |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| scenario | implementation | calls answered | could not connect (per run) | reset once connected (per run) | other failures | slowest answered call (per run) | event → a master holds the VIP (min / median / max) | kept connection: answered after the event (per run) | kept connections broken |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for si, sc := range scenarios {
 		for ii, im := range impls {
-			var ok, cf, rs, ot int
-			var cfs, rss, slow []string
+			var ok, cf, rs, ot, broken int
+			var cfs, rss, slow, kept []string
 			var took series
 			for _, r := range res[[2]int{ii, si}] {
 				ok, cf, rs, ot = ok+r.ok, cf+r.connFail, rs+r.reset, ot+r.other
 				cfs, rss = append(cfs, strconv.Itoa(r.connFail)), append(rss, strconv.Itoa(r.reset))
 				slow = append(slow, ms(r.slowest))
 				took = append(took, r.takeover)
+				kept = append(kept, strconv.Itoa(r.keptAfter))
+				if r.keptErr != "" {
+					broken++
+				}
 			}
-			fmt.Fprintf(&b, "| %s | %s | %d | %d (%s) | %d (%s) | %d | %s | %s |\n", sc.name, im.name, ok, cf, strings.Join(cfs, ", "),
-				rs, strings.Join(rss, ", "), ot, strings.Join(slow, ", "), took)
+			fmt.Fprintf(&b, "| %s | %s | %d | %d (%s) | %d (%s) | %d | %s | %s | %s | %d of %d |\n", sc.name, im.name, ok, cf, strings.Join(cfs, ", "),
+				rs, strings.Join(rss, ", "), ot, strings.Join(slow, ", "), took, strings.Join(kept, ", "), broken, len(res[[2]int{ii, si}]))
 		}
 	}
 	t.Log(b.String())

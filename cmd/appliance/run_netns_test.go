@@ -176,6 +176,15 @@ func (k *keptCaller) close() {
 	<-k.done
 }
 
+// firstError is result with only the first error ("" when none).
+func (k *keptCaller) firstError() (ok, since int, err string) {
+	ok, since, errs := k.result()
+	if len(errs) > 0 {
+		err = errs[0]
+	}
+	return ok, since, err
+}
+
 func (k *keptCaller) result() (ok, since int, errs []string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
