@@ -193,6 +193,8 @@ func TestBenchDNS(t *testing.T) {
 		{"dnsmasq", func(port int) *exec.Cmd {
 			args := []string{"--no-daemon", "--port", strconv.Itoa(port), "--listen-address=127.0.0.1", "--bind-interfaces",
 				"--no-resolv", "--no-hosts", "--pid-file=", "--user=root", "--cache-size=1000",
+				// MX and TXT are cached too (the forwarded mix asks them).
+				"--cache-rr=MX", "--cache-rr=TXT",
 				"--server=" + up.addr.Addr().String() + "#" + strconv.Itoa(int(up.addr.Port())),
 				"--address=/apps.ocp4.example.com/192.168.126.6",
 				"--host-record=api.ocp4.example.com,192.168.126.5", "--host-record=api-int.ocp4.example.com,192.168.126.5"}
