@@ -204,7 +204,7 @@ func TestForwardCacheSameAnswers(t *testing.T) {
 	cfg := testConfig()
 	cfg.Network.UpstreamDNS = []netip.AddrPort{up.addr}
 	fastSrv, fastAddr := startServer(t, cfg, cluster.NewState(cfg), Options{})
-	_, slowAddr := startServer(t, cfg, cluster.NewState(cfg), Options{NoFastPath: true})
+	slowSrv, slowAddr := startServer(t, cfg, cluster.NewState(cfg), Options{NoFastPath: true})
 
 	qs := fwdQueries(t)
 	first := map[string][]uint32{}
@@ -266,6 +266,21 @@ func TestForwardCacheSameAnswers(t *testing.T) {
 	}
 	if n := fastSrv.fwdCache.len(); n == 0 || n > len(qs) {
 		t.Errorf("%d entries cached", n)
+	}
+	// A hit counts what the chain counts for a forwarded name.
+	for _, name := range []string{"appliance_dns_requests_total", "appliance_dns_responses_total", "appliance_dns_cluster_queries_total", "appliance_dns_request_duration_seconds"} {
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			f, s := gatherText(t, fastSrv, name), gatherText(t, slowSrv, name)
+			if f == s {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s differs\nfast path:\n%s\nchain:\n%s", name, f, s)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 

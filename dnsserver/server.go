@@ -142,7 +142,8 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, log *slog.Logg
 		cfg: cfg, state: state, opts: opts, log: log.With("component", "dns"),
 		zone: newZoneData(cfg, opts.TTL), clients: newClientNets(cfg), metrics: newMetrics(),
 	}
-	if !opts.NoFastPath && opts.CacheTTL > 0 {
+	// With QueryLog the chain logs every forwarded query: no cache hides them.
+	if !opts.NoFastPath && opts.CacheTTL > 0 && !opts.QueryLog {
 		s.fwdCache = newForwardCache(fwdDefaultEntries, fwdDefaultBytes, uint32(opts.CacheTTL))
 	}
 	if opts.MDNS.Enabled {
