@@ -24,7 +24,7 @@ import (
 func TestBenchDNSProfile(t *testing.T) {
 	cfg := testConfig()
 	cfg.Nodes = nil
-	cfg.Network.UpstreamDNS = []netip.AddrPort{startUpstream(t, "192.0.2.53").addr}
+	cfg.Network.UpstreamDNS = []netip.AddrPort{startAuthUpstream(t).addr}
 	for name, ip := range benchNodes {
 		cfg.Nodes = append(cfg.Nodes, cluster.Node{Name: name, Role: cluster.RoleMaster, IPs: []netip.Addr{netip.MustParseAddr(ip)}})
 	}
@@ -34,7 +34,7 @@ func TestBenchDNSProfile(t *testing.T) {
 	qfile := filepath.Join(t.TempDir(), "queries")
 	queries := benchQueries()
 	if os.Getenv("BENCH_DNS_FORWARDED") != "" {
-		queries = "quay.io A\nregistry.redhat.io A\nwww.example.org A\ncdn.example.net AAAA\n"
+		queries = benchForwardedQueries()
 	}
 	writeFile(t, qfile, queries)
 	runDNSPerf(t, port, qfile, 1, 0, false)

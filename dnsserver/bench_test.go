@@ -90,6 +90,22 @@ func benchQueries() string {
 	return b.String()
 }
 
+// benchForwardedQueries is a node's forwarded names (image registries, the
+// OpenShift API, a CNAME chain, MX and TXT, NXDOMAIN and NODATA), all
+// answered by the bench's authoritative upstream (authAnswer) and served
+// from each server's cache once warm.
+func benchForwardedQueries() string {
+	var b strings.Builder
+	for _, q := range []string{
+		"quay.io A", "quay.io AAAA", "registry.redhat.io A", "registry.access.redhat.com A",
+		"api.openshift.com A", "mirror.openshift.com A", "alias.example.org A",
+		"www.example.org MX", "www.example.org TXT", "nx.example.org A", "v4only.example.org AAAA",
+	} {
+		b.WriteString(q + "\n")
+	}
+	return b.String()
+}
+
 // benchRun is one server's figures in one round.
 type benchRun struct {
 	maxQPS   float64 // unlimited rate, -q 200
@@ -106,7 +122,7 @@ const (
 	benchClientCPU = "0"
 	benchSecs      = 8
 	benchLatSecs   = 5 // the latency run logs every query (-v); shorter keeps the log small
-	benchRounds    = 3
+	benchRounds    = 3 // BENCH_ROUNDS overrides
 	benchLoadShare = 0.8
 )
 
@@ -117,9 +133,21 @@ func TestBenchDNS(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	up := startUpstream(t, "192.0.2.53")
-	qfile := filepath.Join(dir, "queries")
-	writeFile(t, qfile, benchQueries())
+	up := startAuthUpstream(t)
+	rounds := benchRounds
+	if v, err := strconv.Atoi(os.Getenv("BENCH_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	type mix struct{ name, queries, file string }
+	var mixes []mix
+	for _, m := range []mix{{"cluster", benchQueries(), ""}, {"forwarded", benchForwardedQueries(), ""}} {
+		if only := os.Getenv("BENCH_DNS_MIX"); only != "" && only != m.name {
+			continue
+		}
+		m.file = filepath.Join(dir, "queries-"+m.name)
+		writeFile(t, m.file, m.queries)
+		mixes = append(mixes, m)
+	}
 
 	// The appliance runs as the binary users run (appliance dns), so it can be
 	// pinned and its RSS read like the others'.
@@ -165,6 +193,8 @@ func TestBenchDNS(t *testing.T) {
 		{"dnsmasq", func(port int) *exec.Cmd {
 			args := []string{"--no-daemon", "--port", strconv.Itoa(port), "--listen-address=127.0.0.1", "--bind-interfaces",
 				"--no-resolv", "--no-hosts", "--pid-file=", "--user=root", "--cache-size=1000",
+				// MX and TXT are cached too (the forwarded mix asks them).
+				"--cache-rr=MX", "--cache-rr=TXT",
 				"--server=" + up.addr.Addr().String() + "#" + strconv.Itoa(int(up.addr.Port())),
 				"--address=/apps.ocp4.example.com/192.168.126.6",
 				"--host-record=api.ocp4.example.com,192.168.126.5", "--host-record=api-int.ocp4.example.com,192.168.126.5"}
@@ -175,7 +205,7 @@ func TestBenchDNS(t *testing.T) {
 		name string
 		port int
 		cmd  *exec.Cmd
-		runs []benchRun
+		runs map[string][]benchRun // by mix
 	}
 	var procs []*running
 	for _, s := range servers {
@@ -192,63 +222,76 @@ func TestBenchDNS(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		waitDNS(t, addr)
-		procs = append(procs, &running{name: s.name, port: port, cmd: cmd})
+		procs = append(procs, &running{name: s.name, port: port, cmd: cmd, runs: map[string][]benchRun{}})
 	}
 	load := func() string {
 		b, _ := os.ReadFile("/proc/loadavg")
 		return strings.Join(strings.Fields(string(b))[:3], " ")
 	}
-	loadBefore := load()
-	// Rotate the order every round (a Latin square over the rounds): on a
-	// shared machine a busy minute then lands on every server once, and the
-	// ranges show it.
-	for round := range benchRounds {
-		for i := range procs {
-			p := procs[(i+round)%len(procs)]
-			var r benchRun
-			cpu0 := procCPU(p.cmd.Process.Pid)
-			r.maxQPS, _, _, _ = runDNSPerf(t, p.port, qfile, benchSecs, 0, false)
-			if used := procCPU(p.cmd.Process.Pid) - cpu0; used > 0 {
-				r.perCPU = r.maxQPS * benchSecs / used
-			}
-			r.latQPS, r.lost, r.p50, r.p99 = runDNSPerf(t, p.port, qfile, benchLatSecs, int(r.maxQPS*benchLoadShare), true)
-			p.runs = append(p.runs, r)
-			t.Logf("round %d %s: max %.0f qps (%.0f per CPU second); at %.0f qps p50 %v p99 %v lost %d", round+1, p.name, r.maxQPS, r.perCPU, r.latQPS, r.p50, r.p99, r.lost)
-		}
-	}
-
 	var b strings.Builder
-	fmt.Fprintf(&b, "\nDNS: servers on CPU %s (taskset), dnsperf on CPU %s -c 4 -q 200 over loopback; max qps: %d s unlimited; latency: %d s at %.0f%% of that round's max (-v);\n%d rounds, order rotated per round; min–max (median) over rounds; %d-name mix of cluster names (api, api-int, *.apps, nodes, short name, PTR); load average before %s, after %s\n\n",
-		benchServerCPU, benchClientCPU, benchSecs, benchLatSecs, benchLoadShare*100, benchRounds, strings.Count(benchQueries(), "\n"), loadBefore, load())
-	b.WriteString("| server | max qps | queries per CPU second | p50 @80% | p99 @80% | lost @80% | peak RSS | RssAnon after |\n|---|---|---|---|---|---|---|---|\n")
-	medMax, medPerCPU := map[string]float64{}, map[string]float64{}
-	for _, p := range procs {
-		_, peak, anon := procRSS(p.cmd.Process.Pid)
-		f := func(get func(benchRun) float64, format func(float64) string) string {
-			v := make([]float64, 0, len(p.runs))
-			for _, r := range p.runs {
-				v = append(v, get(r))
+	for _, mx := range mixes {
+		// Warm every server's cache (forwarded names) and code paths with
+		// the same queries, once.
+		for _, p := range procs {
+			runDNSPerf(t, p.port, mx.file, 1, 0, false)
+		}
+		loadBefore := load()
+		// Rotate the order every round (a Latin square over the rounds): on a
+		// shared machine a busy minute then lands on every server once, and the
+		// ranges show it.
+		for round := range rounds {
+			for i := range procs {
+				p := procs[(i+round)%len(procs)]
+				var r benchRun
+				cpu0 := procCPU(p.cmd.Process.Pid)
+				r.maxQPS, _, _, _ = runDNSPerf(t, p.port, mx.file, benchSecs, 0, false)
+				if used := procCPU(p.cmd.Process.Pid) - cpu0; used > 0 {
+					r.perCPU = r.maxQPS * benchSecs / used
+				}
+				r.latQPS, r.lost, r.p50, r.p99 = runDNSPerf(t, p.port, mx.file, benchLatSecs, int(r.maxQPS*benchLoadShare), true)
+				p.runs[mx.name] = append(p.runs[mx.name], r)
+				t.Logf("%s mix, round %d %s: max %.0f qps (%.0f per CPU second); at %.0f qps p50 %v p99 %v lost %d", mx.name, round+1, p.name, r.maxQPS, r.perCPU, r.latQPS, r.p50, r.p99, r.lost)
 			}
-			slices.Sort(v)
-			return fmt.Sprintf("%s–%s (%s)", format(v[0]), format(v[len(v)-1]), format(v[len(v)/2]))
 		}
-		qps := func(x float64) string { return fmt.Sprintf("%.0fk", x/1000) }
-		dur := func(x float64) string { return time.Duration(x).Round(time.Microsecond).String() }
-		lost := 0
-		for _, r := range p.runs {
-			lost += r.lost
+
+		what := "cluster names (api, api-int, *.apps, nodes, short name, PTR)"
+		if mx.name == "forwarded" {
+			what = "forwarded names (A, AAAA, a CNAME chain, MX, TXT, NXDOMAIN, NODATA) from a local authoritative upstream, caches warm"
 		}
-		medMax[p.name] = medianOf(p.runs, func(r benchRun) float64 { return r.maxQPS })
-		medPerCPU[p.name] = medianOf(p.runs, func(r benchRun) float64 { return r.perCPU })
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d MiB | %d MiB |\n", p.name,
-			f(func(r benchRun) float64 { return r.maxQPS }, qps),
-			f(func(r benchRun) float64 { return r.perCPU }, qps),
-			f(func(r benchRun) float64 { return float64(r.p50) }, dur),
-			f(func(r benchRun) float64 { return float64(r.p99) }, dur), lost, peak/1024, anon/1024)
-	}
-	if a, ok := medMax["appliance"]; ok {
-		for _, p := range procs[1:] {
-			fmt.Fprintf(&b, "\nappliance / %s: median max qps %.2fx, median queries per CPU second %.2fx", p.name, a/medMax[p.name], medPerCPU["appliance"]/medPerCPU[p.name])
+		fmt.Fprintf(&b, "\nDNS, %s mix: servers on CPU %s (taskset), dnsperf on CPU %s -c 4 -q 200 over loopback; max qps: %d s unlimited; latency: %d s at %.0f%% of that round's max (-v);\n%d rounds, order rotated per round; min–max (median) over rounds; %d-name mix of %s; load average before %s, after %s\n\n",
+			mx.name, benchServerCPU, benchClientCPU, benchSecs, benchLatSecs, benchLoadShare*100, rounds, strings.Count(mx.queries, "\n"), what, loadBefore, load())
+		b.WriteString("| server | max qps | queries per CPU second | p50 @80% | p99 @80% | lost @80% | peak RSS | RssAnon after |\n|---|---|---|---|---|---|---|---|\n")
+		medMax, medPerCPU := map[string]float64{}, map[string]float64{}
+		for _, p := range procs {
+			runs := p.runs[mx.name]
+			_, peak, anon := procRSS(p.cmd.Process.Pid)
+			f := func(get func(benchRun) float64, format func(float64) string) string {
+				v := make([]float64, 0, len(runs))
+				for _, r := range runs {
+					v = append(v, get(r))
+				}
+				slices.Sort(v)
+				return fmt.Sprintf("%s–%s (%s)", format(v[0]), format(v[len(v)-1]), format(v[len(v)/2]))
+			}
+			qps := func(x float64) string { return fmt.Sprintf("%.0fk", x/1000) }
+			dur := func(x float64) string { return time.Duration(x).Round(time.Microsecond).String() }
+			lost := 0
+			for _, r := range runs {
+				lost += r.lost
+			}
+			medMax[p.name] = medianOf(runs, func(r benchRun) float64 { return r.maxQPS })
+			medPerCPU[p.name] = medianOf(runs, func(r benchRun) float64 { return r.perCPU })
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d MiB | %d MiB |\n", p.name,
+				f(func(r benchRun) float64 { return r.maxQPS }, qps),
+				f(func(r benchRun) float64 { return r.perCPU }, qps),
+				f(func(r benchRun) float64 { return float64(r.p50) }, dur),
+				f(func(r benchRun) float64 { return float64(r.p99) }, dur), lost, peak/1024, anon/1024)
+		}
+		if a, ok := medMax["appliance"]; ok {
+			for _, p := range procs[1:] {
+				fmt.Fprintf(&b, "\n%s mix, appliance / %s: median max qps %.2fx, median queries per CPU second %.2fx", mx.name, p.name, a/medMax[p.name], medPerCPU["appliance"]/medPerCPU[p.name])
+			}
+			b.WriteString("\n")
 		}
 	}
 	t.Log(b.String())

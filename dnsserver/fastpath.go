@@ -305,6 +305,14 @@ func (t *fastTable) answer(out, q, keyBuf []byte) ([]byte, *fastEntry) {
 	if !ok {
 		return nil, nil
 	}
+	return t.answerParsed(out, q, fq, key)
+}
+
+// answerParsed is answer for a query parseFastQuery read as fq, key.
+func (t *fastTable) answerParsed(out, q []byte, fq fastQuery, key []byte) ([]byte, *fastEntry) {
+	if t == nil || t.off {
+		return nil, nil
+	}
 	e := t.exact[string(key)]
 	if e == nil {
 		name := key[:len(key)-2]
@@ -355,6 +363,28 @@ func (t *fastTable) answer(out, q, keyBuf []byte) ([]byte, *fastEntry) {
 		out[len(out)-4] |= fq.do
 	}
 	return out, e
+}
+
+// forwarded reports whether the chain forwards the name of key (the
+// lower-case wire name and type) whatever the cluster view: not the zone
+// or below it, not a name the cluster plugin answers in this view (the
+// PTR names of members and VIPs), not a single label (a member's short
+// name, now or later), not a .local name when mDNS answers those. Reverse
+// names that may later become a member's are seen again in every view:
+// the table of the view is asked before the cache.
+func (t *fastTable) forwarded(key []byte, mdns bool) bool {
+	name := key[:len(key)-2]
+	switch {
+	case t == nil || len(name) == 0:
+		return false
+	case bytes.Equal(name, t.zone) || below(name, t.zone) || t.known[string(name)]:
+		return false
+	case len(name) > 1 && int(name[0])+2 == len(name):
+		return false // a single label
+	case mdns && bytes.HasSuffix(name, []byte("\x05local\x00")):
+		return false
+	}
+	return true
 }
 
 // below reports whether the wire name is strictly below the wire name

@@ -222,8 +222,10 @@ func (l *fastListener) read(c *net.UDPConn) {
 			out[i].OOB = make([]byte, 0, 64)
 		}
 	}
-	key := make([]byte, 0, 258)
+	key := make([]byte, 0, 260)
 	m := l.srv.metrics
+	fwd := l.srv.fwdCache
+	mdns := l.srv.mdns != nil
 	for {
 		n, err := bc.ReadBatch(in, 0)
 		if err != nil {
@@ -234,6 +236,7 @@ func (l *fastListener) read(c *net.UDPConn) {
 			continue
 		}
 		start := time.Now()
+		now := fwdNow()
 		k := 0
 		for i := range n {
 			msg := &in[i]
@@ -251,8 +254,10 @@ func (l *fastListener) read(c *net.UDPConn) {
 				dst = pktinfoDst(msg.OOB[:msg.NN])
 			}
 			// Refusals are the chain's: the access plugin answers and counts them.
-			if l.srv.clients.allows(from.Addr()) {
-				if r, e := l.current().answer(out[k].Buffers[0][:0], q, key); r != nil {
+			var pending *fwdPending
+			if fq, qkey, ok := parseFastQuery(q, key[:0]); ok && l.srv.clients.allows(from.Addr()) {
+				t := l.current()
+				if r, e := t.answerParsed(out[k].Buffers[0][:0], q, fq, qkey); r != nil {
 					out[k].Buffers[0] = r
 					out[k].Addr = ua
 					if l.pktinfo {
@@ -269,8 +274,29 @@ func (l *fastListener) read(c *net.UDPConn) {
 					m.fastAnswers.Inc()
 					continue
 				}
+				if fwd != nil && fwdType(fq.qtype) && t.forwarded(qkey, mdns) {
+					flags := fwdKeyFlags(q, fq)
+					qkey = append(qkey, flags)
+					if r, e := fwd.answer(out[k].Buffers[0][:0], q, fq, qkey, now); r != nil {
+						out[k].Buffers[0] = r
+						out[k].Addr = ua
+						if l.pktinfo {
+							out[k].OOB = pktinfoSrc(out[k].OOB[:0], dst)
+						}
+						k++
+						// As the chain counts a forwarded name.
+						e.request.Inc()
+						e.response.Inc()
+						e.result.Inc()
+						m.fastAnswers.Inc()
+						m.forwardHits.Inc()
+						continue
+					}
+					pending = &fwdPending{key: string(qkey), gen: fwd.gen.Load(), qtype: fq.qtype, flags: flags,
+						request: m.request(false, fq.qtype)}
+				}
 			}
-			l.fallback.push(c, q, from, dst)
+			l.fallback.push(c, q, from, dst, pending)
 		}
 		for sent := 0; sent < k; {
 			w, err := bc.WriteBatch(out[sent:k], 0)
@@ -328,6 +354,8 @@ type fallbackPacket struct {
 type fallbackRoute struct {
 	conn *net.UDPConn
 	dst  netip.Addr // the query's destination, when pktinfo
+	// pending: the reply may fill the forward cache.
+	pending *fwdPending
 }
 
 func newFallbackConn(l *fastListener) *fallbackConn {
@@ -337,9 +365,9 @@ func newFallbackConn(l *fastListener) *fallbackConn {
 
 // push queues a packet for the chain; when the queue is full it is dropped,
 // as a full socket buffer would drop it.
-func (f *fallbackConn) push(c *net.UDPConn, q []byte, from netip.AddrPort, dst netip.Addr) {
+func (f *fallbackConn) push(c *net.UDPConn, q []byte, from netip.AddrPort, dst netip.Addr, pending *fwdPending) {
 	p := fallbackPacket{data: append([]byte(nil), q...), addr: net.UDPAddrFromAddrPort(from),
-		fallbackRoute: fallbackRoute{conn: c, dst: dst}}
+		fallbackRoute: fallbackRoute{conn: c, dst: dst, pending: pending}}
 	select {
 	case f.ch <- p:
 	default:
@@ -377,6 +405,9 @@ func (f *fallbackConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 		oob = pktinfoSrc(nil, r.dst)
 	}
 	n, _, err := r.conn.WriteMsgUDPAddrPort(b, oob, ua.AddrPort())
+	if r.pending != nil && err == nil {
+		f.l.srv.fwdCache.fill(r.pending, b, fwdNow(), f.l.srv.metrics)
+	}
 	return n, err
 }
 

@@ -28,6 +28,7 @@ type metrics struct {
 	changes        prometheus.Counter
 	refusedClients prometheus.Counter
 	fastAnswers    prometheus.Counter
+	forwardHits    prometheus.Counter
 	members        prometheus.Gauge
 	mdnsSent       prometheus.Counter
 
@@ -71,7 +72,11 @@ func newMetrics() *metrics {
 		}),
 		fastAnswers: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appliance_dns_fast_answers_total",
-			Help: "Queries answered by the fast path (cluster names over UDP, before the plugin chain); also counted in the request, response and cluster query metrics.",
+			Help: "Queries answered by the fast path (cluster names and cached forwarded names over UDP, before the plugin chain); also counted in the request, response and cluster query metrics.",
+		}),
+		forwardHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_forward_cache_hits_total",
+			Help: "Forwarded names answered by the fast path from its cache of the chain's replies; also counted in appliance_dns_fast_answers_total.",
 		}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appliance_dns_mdns_members",
@@ -142,7 +147,7 @@ func (m *metrics) response(rcode int) prometheus.Counter {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.fastAnswers, m.members, m.mdnsSent,
+	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.fastAnswers, m.forwardHits, m.members, m.mdnsSent,
 		m.mdnsRefused, m.mdnsSocketErrors, m.mdnsRebinds, m.mdnsMalformed}
 }
 

@@ -114,6 +114,9 @@ type Server struct {
 	upstreams []netip.AddrPort
 	udp, tcp  net.Addr
 	fast      *fastListener // nil with NoFastPath
+	// fwdCache holds the chain's replies to forwarded names for the fast
+	// path; nil with NoFastPath or without a cache (CacheTTL).
+	fwdCache *forwardCache
 	// retired are replaced forwarders still serving queries in flight, each
 	// with the timer that shuts it down; stop shuts them down at once, so
 	// no health-check goroutine outlives the server.
@@ -138,6 +141,10 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, log *slog.Logg
 	s := &Server{
 		cfg: cfg, state: state, opts: opts, log: log.With("component", "dns"),
 		zone: newZoneData(cfg, opts.TTL), clients: newClientNets(cfg), metrics: newMetrics(),
+	}
+	// With QueryLog the chain logs every forwarded query: no cache hides them.
+	if !opts.NoFastPath && opts.CacheTTL > 0 && !opts.QueryLog {
+		s.fwdCache = newForwardCache(fwdDefaultEntries, fwdDefaultBytes, uint32(opts.CacheTTL))
 	}
 	if opts.MDNS.Enabled {
 		d, err := NewMDNS(cfg, state, opts.MDNS, log)
@@ -355,7 +362,15 @@ func (s *Server) swapUpstreams(ups []netip.AddrPort) {
 	s.upstreams = slices.Clone(ups)
 	s.mu.Unlock()
 	s.metrics.upstreams.Set(float64(len(ups)))
-	if old := s.fwd.Swap(newForwarder(ups)); old != nil {
+	old := s.fwd.Swap(newForwarder(ups))
+	// Forwarded replies of the old upstreams are not served from the fast
+	// path's cache once the new ones are in place (a fill still in flight
+	// is of the old generation and dropped). CoreDNS's cache keeps its
+	// items, each at most its TTL: the chain answers those until then.
+	if s.fwdCache != nil {
+		s.fwdCache.flush()
+	}
+	if old != nil {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.retired == nil {
