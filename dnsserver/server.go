@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -286,7 +288,27 @@ func (s *Server) corefile(listen string) (caddy.Input, error) {
 	return caddy.CaddyfileInput{Filepath: "appliance-generated", Contents: []byte(text), ServerTypeName: "dns"}, nil
 }
 
+// start starts the server. With port 0 the fast path picks a free UDP
+// port and CoreDNS binds TCP on the same number, which another process may
+// hold: then it tries another port, a few times.
 func (s *Server) start(ups []netip.AddrPort) error {
+	_, port, _ := net.SplitHostPort(s.opts.Listen)
+	for attempt := 1; ; attempt++ {
+		err := s.startOn(ups)
+		if err == nil || port != "0" || attempt == 5 || !addrInUse(err) {
+			return err
+		}
+		s.log.Debug("the port picked for UDP is taken for TCP; picking another", "err", err)
+	}
+}
+
+// addrInUse reports whether err is a bind's EADDRINUSE (CoreDNS's server
+// setup may have kept only its text).
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func (s *Server) startOn(ups []netip.AddrPort) error {
 	listen := s.opts.Listen
 	var fast *fastListener
 	if !s.opts.NoFastPath {

@@ -102,12 +102,16 @@ func startServer(t *testing.T, cfg *cluster.Config, state *cluster.State, opts O
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
+	// ended is closed once Run returned runErr: the check below and the
+	// cleanup both read it.
+	ended := make(chan struct{})
+	var runErr error
+	go func() { runErr = s.Run(ctx); close(ended) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+		<-ended
+		if runErr != nil && !t.Failed() {
+			t.Errorf("Run: %v", runErr)
 		}
 	})
 	deadline := time.Now().Add(10 * time.Second)
@@ -116,8 +120,8 @@ func startServer(t *testing.T, cfg *cluster.Config, state *cluster.State, opts O
 			return s, udp.String()
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("Run ended early: %v", err)
+		case <-ended:
+			t.Fatalf("Run ended early: %v", runErr)
 		default:
 		}
 		if time.Now().After(deadline) {
