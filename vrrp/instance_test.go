@@ -333,3 +333,38 @@ func TestTieBreakLoserNeverAnnounces(t *testing.T) {
 		t.Errorf("the tie-break loser sent %d gratuitous ARP round(s); neighbours would keep its MAC", an.rounds)
 	}
 }
+
+// A backup's Status follows the master it learns from adverts (not only
+// its own state changes), keeps none while a leaving master is replaced,
+// and a takeover after a priority-0 release names the leaving master as
+// the predecessor, which the LB passes connections back to.
+func TestStatusMasterAndPredecessor(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, _, _ := newTestRunner(t, vips)
+	t0 := time.Unix(1000, 0)
+	r.apply(t0, r.m.Start(t0))
+	if st := r.Status(); st.State != "BACKUP" || st.Master.IsValid() {
+		t.Fatalf("after start: %s, master %v; want BACKUP and no master yet", st.State, st.Master)
+	}
+	master := netip.MustParseAddr("192.168.126.11")
+	advert := func(at time.Time, prio uint8) {
+		r.handle(at, received{
+			v:    verdict{Packet: Packet{Version: 3, VRID: 51, Priority: prio, Interval: 100 * time.Millisecond, Addrs: []netip.Addr{testVIP.Addr()}}},
+			meta: rxMeta{Src: master},
+			at:   at,
+		})
+	}
+	advert(t0.Add(50*time.Millisecond), 150)
+	if st := r.Status(); st.Master != master {
+		t.Fatalf("a backup that hears %v reports master %v", master, st.Master)
+	}
+	advert(t0.Add(100*time.Millisecond), 0) // it leaves
+	if st := r.Status(); st.Master.IsValid() {
+		t.Errorf("after the master's priority-0 release the status still names %v", st.Master)
+	}
+	r.tick(r.m.Deadline())
+	st := r.Status()
+	if st.State != "MASTER" || st.Predecessor != master {
+		t.Fatalf("after the release: %s, predecessor %v; want MASTER, predecessor %v", st.State, st.Predecessor, master)
+	}
+}
