@@ -271,6 +271,9 @@ func (p *statusPrinter) vips(raw json.RawMessage) {
 				notes = append(notes, s)
 			}
 		}
+		if v.Predecessor.IsValid() {
+			notes = append(notes, "handed over by "+v.Predecessor.String())
+		}
 		for _, t := range v.Tracks {
 			if !t.Healthy {
 				n := "track " + t.Name + " failing"
@@ -318,6 +321,9 @@ func (p *statusPrinter) lb(raw json.RawMessage) {
 	}
 	if r := st.LastRepair; r != nil {
 		fmt.Fprintf(&p.out, "last redirect repair: %s (%s, %s): found %s; %s\n", p.ago(r.Time), r.Kind, r.Trigger, r.Found, r.Action)
+	}
+	if len(st.Handback) > 0 {
+		fmt.Fprintf(&p.out, "connections this node does not know go back to: %s\n", strings.Join(st.Handback, ", "))
 	}
 }
 

@@ -58,7 +58,8 @@ func statusSample() map[string]any {
 		"vips": []vrrp.Status{
 			{Name: "api-v4", Interface: "eth0", VRID: 51, Version: 3, VIPs: []netip.Prefix{stPrefix("192.168.126.5/32")},
 				State: vrrp.StateMaster.String(), Priority: 40, Master: stAddr("192.168.126.10"), Since: stAgo(5 * time.Minute),
-				Tracks: []vrrp.TrackResult{{Name: "lb", Healthy: true, Weight: node.WeightLB, Since: stAgo(6 * time.Minute)}}},
+				Predecessor: stAddr("192.168.126.9"),
+				Tracks:      []vrrp.TrackResult{{Name: "lb", Healthy: true, Weight: node.WeightLB, Since: stAgo(6 * time.Minute)}}},
 			{Name: "ingress-v4", Interface: "eth0", VRID: 52, Version: 3, VIPs: []netip.Prefix{stPrefix("192.168.126.6/32")},
 				State: vrrp.StateBackup.String(), Priority: 10, Master: stAddr("192.168.126.11"), Since: stAgo(90 * time.Second),
 				Tracks: []vrrp.TrackResult{{Name: "ingress", Healthy: false, Weight: -30,
@@ -80,6 +81,7 @@ func statusSample() map[string]any {
 				lb.PoolMCS: {},
 			},
 			Redirect: []string{"192.168.126.5:6443 -> :9445", "192.168.126.5:22623 -> :9446"},
+			Handback: []string{"192.168.126.5:6443 -> 192.168.126.9", "192.168.126.5:22623 -> 192.168.126.9"},
 			LastRepair: &lb.RedirectRepair{Time: stAgo(3 * time.Minute), Kind: lb.RepairRule,
 				Found:  "table inet " + lb.DefaultTable + ": 1 rule missing",
 				Action: "replaced table inet " + lb.DefaultTable + " with its 4 desired rules", Trigger: "monitor"},
