@@ -579,49 +579,10 @@ func TestNetnsSocketReopens(t *testing.T) {
 	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "dhcpreo"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	flushAddrs(t, n1)
-	var s *Server
-	if err := n0.Do(func() error {
-		var err error
-		s, err = New(labOptions(""), NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	// Run re-opens from its own goroutine; the socket belongs in the node.
-	s.listen = func(iface string) (*net.UDPConn, error) {
-		var c *net.UDPConn
-		err := n0.Do(func() error {
-			var err error
-			c, err = listen(iface)
-			return err
-		})
-		return c, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server run: %v", err)
-		}
-	}()
+	s := runInNode(t, n0)
 	lease := func() netip.Addr {
 		t.Helper()
-		var got netip.Addr
-		err := n1.Do(func() error {
-			c, err := nclient4.New("eth0", nclient4.WithTimeout(time.Second), nclient4.WithRetry(5))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			l, err := c.Request(context.Background())
-			if err != nil {
-				return err
-			}
-			got = addr(l.ACK.YourIPAddr)
-			return nil
-		})
+		got, err := leaseFrom(n1, time.Second, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -647,49 +608,8 @@ func TestNetnsFollowsBridge(t *testing.T) {
 	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "dhcpbr"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	flushAddrs(t, n1)
-	var s *Server
-	if err := n0.Do(func() error {
-		var err error
-		s, err = New(labOptions(""), NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s.listen = func(iface string) (*net.UDPConn, error) {
-		var c *net.UDPConn
-		err := n0.Do(func() error {
-			var err error
-			c, err = listen(iface)
-			return err
-		})
-		return c, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server run: %v", err)
-		}
-	}()
-	lease := func() (netip.Addr, error) {
-		var got netip.Addr
-		err := n1.Do(func() error {
-			c, err := nclient4.New("eth0", nclient4.WithTimeout(500*time.Millisecond), nclient4.WithRetry(3))
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			l, err := c.Request(context.Background())
-			if err != nil {
-				return err
-			}
-			got = addr(l.ACK.YourIPAddr)
-			return nil
-		})
-		return got, err
-	}
+	s := runInNode(t, n0)
+	lease := func() (netip.Addr, error) { return leaseFrom(n1, 500*time.Millisecond, 3) }
 	if got, err := lease(); err != nil || got != n1Reserved {
 		t.Fatalf("before the move: leased %v (%v), want %v", got, err, n1Reserved)
 	}
@@ -720,4 +640,57 @@ func TestNetnsFollowsBridge(t *testing.T) {
 	if n := testutil.ToFloat64(s.metrics.reopens); n != 0 {
 		t.Errorf("the move counted %v socket failures, want 0", n)
 	}
+}
+
+// runInNode runs a server with labOptions in node n until the test ends;
+// its sockets, re-opened or moved from Run's goroutine, belong in n too.
+func runInNode(t *testing.T, n *netlab.Node) *Server {
+	t.Helper()
+	var s *Server
+	if err := n.Do(func() error {
+		var err error
+		s, err = New(labOptions(""), NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.listen = func(iface string) (*net.UDPConn, error) {
+		var c *net.UDPConn
+		err := n.Do(func() error {
+			var err error
+			c, err = listen(iface)
+			return err
+		})
+		return c, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server run: %v", err)
+		}
+	})
+	return s
+}
+
+// leaseFrom runs a DHCP exchange from n's eth0 and returns the address
+// acknowledged.
+func leaseFrom(n *netlab.Node, timeout time.Duration, retries int) (netip.Addr, error) {
+	var got netip.Addr
+	err := n.Do(func() error {
+		c, err := nclient4.New("eth0", nclient4.WithTimeout(timeout), nclient4.WithRetry(retries))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		l, err := c.Request(context.Background())
+		if err != nil {
+			return err
+		}
+		got = addr(l.ACK.YourIPAddr)
+		return nil
+	})
+	return got, err
 }

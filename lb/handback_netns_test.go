@@ -171,7 +171,7 @@ func runHandback(t *testing.T, name string, handover bool) {
 	setVIPs(st1, cluster.VIPStateMaster, none, pred)
 	addVIPs(t, n1, vips, true)
 	time.Sleep(50 * time.Millisecond) // as the handback table follows a real takeover: already there
-	mac := linkMAC(t, n1)
+	mac := n1.MAC.String()
 	for _, v := range vips {
 		if _, err := client.Run(context.Background(), "ip", "neigh", "replace", v.String(), "lladdr", mac, "dev", client.Iface, "nud", "reachable"); err != nil {
 			t.Fatal(err)
@@ -290,15 +290,8 @@ func TestNetnsHandbackTables(t *testing.T) {
 // addVIPs adds (or removes) the VIPs on n's interface.
 func addVIPs(t *testing.T, n *netlab.Node, vips []netip.Addr, add bool) {
 	t.Helper()
-	h, err := n.Handle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName(n.Iface)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, link := nodeLink(t, n)
+	var err error
 	for _, v := range vips {
 		bits := v.BitLen()
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: v.AsSlice(), Mask: net.CIDRMask(bits, bits)}}
@@ -319,15 +312,7 @@ func addVIPs(t *testing.T, n *netlab.Node, vips []netip.Addr, add bool) {
 
 func linkLocal(t *testing.T, n *netlab.Node) netip.Addr {
 	t.Helper()
-	h, err := n.Handle()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	link, err := h.LinkByName(n.Iface)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, link := nodeLink(t, n)
 	addrs, err := h.AddrList(link, netlink.FAMILY_V6)
 	if err != nil {
 		t.Fatal(err)
@@ -341,18 +326,20 @@ func linkLocal(t *testing.T, n *netlab.Node) netip.Addr {
 	return netip.Addr{}
 }
 
-func linkMAC(t *testing.T, n *netlab.Node) string {
+// nodeLink is a netlink handle in n (closed when the test ends) and n's
+// interface.
+func nodeLink(t *testing.T, n *netlab.Node) (*netlink.Handle, netlink.Link) {
 	t.Helper()
 	h, err := n.Handle()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
+	t.Cleanup(h.Close)
 	link, err := h.LinkByName(n.Iface)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return link.Attrs().HardwareAddr.String()
+	return h, link
 }
 
 // keptConn is one TLS connection through a VIP carrying request after
