@@ -18,8 +18,8 @@ import (
 
 // HandbackTable names the nftables tables (one in family ip, one in ip6:
 // the dup statement has no inet form) that pass connections back to the
-// node that held a VIP before this one. The LB fills only the ip one today
-// (see wantHandback).
+// node that held a VIP before this one. IPv6 is passed back only when the
+// LB sends IPv6 VIP traffic to the node's own address (Options.Self).
 const HandbackTable = "appliance_lb_handback"
 
 // Handback sends the packets of connections this node does not know,

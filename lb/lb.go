@@ -63,6 +63,13 @@ type Options struct {
 	// Listen opens the proxies' listeners; nil means net.Listen. It must
 	// return *net.TCPListener.
 	Listen func(network, addr string) (net.Listener, error)
+	// Self returns this node's own address of a family (IPv6 when v6),
+	// never a VIP. IPv6 VIP traffic is sent to it rather than redirected:
+	// the kernel's IPv6 redirect picks the interface's first global
+	// address, the VIP itself while it is there, which binds the sessions
+	// to the VIP, so they die with it when it moves (no drain, no
+	// handback). nil, or no address: redirect.
+	Self func(v6 bool) (netip.Addr, bool)
 }
 
 // DefaultOptions: the API on :9445 (as OpenShift's LB) for VIP:6443,
@@ -508,7 +515,13 @@ func (l *LB) desiredRules() []Redirect {
 		to := portOf(x.ln.Addr())
 		for _, v := range l.vips {
 			if x.pool.HealthyFor(l.vipFamily(v)) > 0 {
-				out = append(out, Redirect{VIP: v, Port: po.VIPPort, ToPort: to})
+				rd := Redirect{VIP: v, Port: po.VIPPort, ToPort: to}
+				if v.Is6() && l.opts.Self != nil {
+					if a, ok := l.opts.Self(true); ok {
+						rd.To = a
+					}
+				}
+				out = append(out, rd)
 			}
 		}
 	}
@@ -554,12 +567,21 @@ func (l *LB) reconcileRedirect(ctx context.Context) {
 	}
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
+	// The node's own IPv6 address (Options.Self) can change without a
+	// kick; Apply does nothing while the rules stay the same.
+	var follow <-chan time.Time
+	if l.opts.Self != nil {
+		t := time.NewTicker(selfCheck)
+		defer t.Stop()
+		follow = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-l.kick:
 		case <-retry.C:
+		case <-follow:
 		}
 		want := l.desiredRules()
 		if err := l.redir.Apply(want); err != nil {
@@ -574,6 +596,18 @@ func (l *LB) reconcileRedirect(ctx context.Context) {
 			l.log.Info("redirect", "rules", len(want))
 		}
 		l.setRules(want)
+	}
+}
+
+// selfCheck is how often the redirect looks at the node's own address.
+const selfCheck = 5 * time.Second
+
+// Kick makes the LB compute its redirect again now: the node's own address
+// moved (see Options.Self).
+func (l *LB) Kick() {
+	select {
+	case l.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -665,12 +699,11 @@ func (l *LB) wantHandback(snap *cluster.Snapshot, last map[netip.Addr]netip.Addr
 		if !u.IsZero() && (until.IsZero() || u.Before(until)) {
 			until = u
 		}
-		// IPv4 only: the kernel redirects IPv6 to the first global address
-		// of the interface, the VIP itself while it is there, so the old
-		// holder's sessions are bound to the VIP and cannot take a packet
-		// once it is gone; passing them back would turn a reset into a
-		// timeout.
-		if !to.IsValid() || !to.Is4() || !st.VIP.Is4() {
+		// IPv6 only when its traffic goes to the node's own address
+		// (Options.Self): redirected, the old holder's sessions are bound
+		// to the VIP and cannot take a packet once it is gone, and passing
+		// them back would turn a reset into a timeout.
+		if !to.IsValid() || to.Is4() != st.VIP.Is4() || (st.VIP.Is6() && l.opts.Self == nil) {
 			continue
 		}
 		for _, po := range l.poolOpt {

@@ -18,11 +18,14 @@ import (
 // DefaultTable is the nftables table (family inet) the redirect owns.
 const DefaultTable = "appliance_lb"
 
-// Redirect sends TCP to VIP:Port to the local port ToPort.
+// Redirect sends TCP to VIP:Port to the local port ToPort: to To, the
+// node's own address, when set (dnat), else to the address the kernel's
+// redirect picks.
 type Redirect struct {
 	VIP    netip.Addr
 	Port   uint16
 	ToPort uint16
+	To     netip.Addr
 }
 
 // Redirector owns one inet nftables table holding two NAT chains: prerouting
@@ -261,7 +264,7 @@ func redirectExprs(rd Redirect, local bool) []expr.Any {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: lo},
 		)
 	}
-	return append(e,
+	e = append(e,
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: uint32(len(addr))},
@@ -269,6 +272,16 @@ func redirectExprs(rd Redirect, local bool) []expr.Any {
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(rd.Port)},
 		&expr.Counter{},
+	)
+	if rd.To.IsValid() && !local {
+		// dnat ip[6] to [To]:ToPort
+		return append(e,
+			&expr.Immediate{Register: 1, Data: rd.To.Unmap().AsSlice()},
+			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(rd.ToPort)},
+			&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(proto), RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
+		)
+	}
+	return append(e,
 		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(rd.ToPort)},
 		&expr.Redir{RegisterProtoMin: 1},
 	)
@@ -293,5 +306,8 @@ func compareRedirect(a, b Redirect) int {
 	if a.Port != b.Port {
 		return int(a.Port) - int(b.Port)
 	}
-	return int(a.ToPort) - int(b.ToPort)
+	if a.ToPort != b.ToPort {
+		return int(a.ToPort) - int(b.ToPort)
+	}
+	return a.To.Compare(b.To)
 }

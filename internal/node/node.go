@@ -119,6 +119,15 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 		lo.MCS.Disabled = lo.MCS.Disabled || !cfg.LB.MCS
 		lo.Balance = cfg.LB.Balance
 		lo.Redirect = lo.Redirect && cfg.LB.Redirect
+		// IPv6 VIP traffic goes to the node's own address, never the VIP
+		// (lb.Options.Self), as the node's live view has it.
+		lo.Self = func(v6 bool) (netip.Addr, bool) {
+			v := n.host.View()
+			if v == nil {
+				v = n.view
+			}
+			return v.Addr(v6)
+		}
 		if n.lb, err = lb.New(cfg, n.state, lo, lb.NewMetrics(n.reg), log); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
@@ -233,6 +242,9 @@ func (n *Node) Stages() []service.Stage {
 			for _, in := range n.vips.Instances() {
 				in.SetInterface(v.Interface)
 			}
+		}
+		if n.lb != nil {
+			n.lb.Kick() // its IPv6 target may have moved with the address
 		}
 		if n.dhcp != nil {
 			if err := n.dhcp.SetInterface(v.Interface); err != nil {
