@@ -233,6 +233,13 @@ type runCluster struct {
 }
 
 func startRunCluster(t *testing.T, lab *netlab.Lab, masters int) *runCluster {
+	return startRunClusterVIPs(t, lab, masters, netip.Addr{})
+}
+
+// startRunClusterVIPs is startRunCluster, dual-stack when vip6 is set: the
+// lab's IPv6 network is a machine network too, every node lists both
+// addresses and vip6 is the second API VIP.
+func startRunClusterVIPs(t *testing.T, lab *netlab.Lab, masters int, vip6 netip.Addr) *runCluster {
 	t.Helper()
 	rc := &runCluster{lab: lab, procs: map[string]*netlab.Process{}}
 	dumpOnFailure(t, rc.procs)
@@ -243,18 +250,27 @@ func startRunCluster(t *testing.T, lab *netlab.Lab, masters int) *runCluster {
 			name, role = "bootstrap", "bootstrap"
 		}
 		rc.names = append(rc.names, name)
-		fmt.Fprintf(&nodes, "  - {name: %s, role: %s, ips: [%s]}\n", name, role, lab.Nodes[i].IPv4.Addr())
+		ips := lab.Nodes[i].IPv4.Addr().String()
+		if vip6.IsValid() {
+			ips += ", " + lab.Nodes[i].IPv6.Addr().String()
+		}
+		fmt.Fprintf(&nodes, "  - {name: %s, role: %s, ips: [%s]}\n", name, role, ips)
+	}
+	cidrs, vips := lab.Nodes[0].IPv4.Masked().String(), labVIP.String()
+	if vip6.IsValid() {
+		cidrs += ", " + lab.Nodes[0].IPv6.Masked().String()
+		vips += ", " + vip6.String()
 	}
 	rc.cfg = writeFile(t, "appliance.yaml", fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
 network:
-  machineCIDR: %s
+  machineCIDRs: [%s]
   apiVIPs: [%s]
   ingressVIPs: [192.168.126.6]
   upstreamDNS: [192.168.126.1]
 nodes:
 %svrrp: {advertInterval: 100ms}
 lb: {mcs: false}
-`, lab.Nodes[0].IPv4.Masked(), labVIP, nodes.String()))
+`, cidrs, vips, nodes.String()))
 	for i, name := range rc.names {
 		n := lab.Nodes[i]
 		rc.procs["apiserver-"+name] = startApplianceQuiet(t, n, "lab", "apiserver", "--listen", ":6443",
@@ -378,6 +394,59 @@ func TestRunBootstrapHandover(t *testing.T) {
 	if by["bootstrap"] > 0 {
 		// The bootstrap is the LB's backup: it serves only while no master does.
 		t.Errorf("the bootstrap's apiserver answered %d calls while masters were healthy", by["bootstrap"])
+	}
+}
+
+// TestRunDualStackHandover: a dual-stack cluster's bootstrap holds both API
+// VIPs and is torn down while it does; a connection kept through each VIP
+// answers every call across the move (IPv6 traffic goes to the node's own
+// address, so its sessions can be handed back), and new connections over
+// IPv6 never fail.
+func TestRunDualStackHandover(t *testing.T) {
+	vip6 := netip.MustParseAddr("fd00:12b::5")
+	lab := netlabtest.New(t, netlab.Options{Nodes: 4, Name: "rundual", IPv6: netip.MustParsePrefix("fd00:12b::/64")})
+	rc := startRunClusterVIPs(t, lab, 2, vip6)
+	client, cp := lab.Nodes[3], lab.Nodes[:3]
+	for _, v := range []netip.Addr{labVIP, vip6} {
+		waitHolder(t, cp, v, 0, 30*time.Second, time.Second)
+	}
+	addr6 := netip.AddrPortFrom(vip6, 6443).String()
+	caller := startAPICaller(t, client, addr6, 20*time.Millisecond)
+	kept := map[string]*keptCaller{}
+	for _, a := range []string{labVIP.String() + ":6443", addr6} {
+		kept[a] = startKeptCaller(t, client, a, 20*time.Millisecond)
+		kept[a].mark()
+	}
+	time.Sleep(500 * time.Millisecond)
+	if err := rc.procs["bootstrap"].Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []netip.Addr{labVIP, vip6} {
+		start := time.Now()
+		for h := holders(t, cp, v); len(h) != 1 || h[0] == 0; h = holders(t, cp, v) {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("no master took %s within 10 s of the bootstrap's SIGTERM; holders %v", v, h)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	time.Sleep(time.Second)
+	for a, k := range kept {
+		k.close()
+		ok, since, errs := k.result()
+		t.Logf("kept connection through %s: %d answered, %d since the SIGTERM's mark; errors %q", a, ok, since, errs)
+		if len(errs) > 0 || since < 10 {
+			t.Errorf("the connection kept through %s broke when the VIP moved: %d answered, errors %q", a, since, errs)
+		}
+	}
+	if err := rc.procs["bootstrap"].Wait(); err != nil {
+		t.Errorf("the bootstrap's appliance should exit cleanly on SIGTERM: %v", err)
+	}
+	caller.close()
+	ok, _, failed, broken := caller.snapshot()
+	t.Logf("%d new IPv6 connections answered through the handover; %d failed, %d broken in flight", ok, len(failed), len(broken))
+	if len(failed) > 0 || len(broken) > 0 {
+		t.Errorf("new connections through %s failed across the handover:\n%s", addr6, strings.Join(append(failed, broken...), "\n"))
 	}
 }
 
