@@ -45,6 +45,10 @@ type Handback struct {
 // packet passed back.
 const handbackPriority = -150
 
+// silenceGrace is how long a takeover by silence keeps passing connections
+// to the master followed before (see handbackTo).
+const silenceGrace = time.Second
+
 // handbackWindow is how long a new holder passes connections back: the
 // old holder's LB drains for DrainTimeout (ours, as every node runs the
 // same defaults), and a little longer covers its last segments.
@@ -61,8 +65,11 @@ func handbackWindow(drain time.Duration) time.Duration { return drain + 2*time.S
 //     holds no VIP, so the rule only matters from the instant it takes over:
 //     installed ahead, the takeover has no gap.
 //   - master: the predecessor that handed over alive, for window after the
-//     takeover; nothing when the old master went silent (nobody to pass
-//     to) or the window is over.
+//     takeover. After a takeover by silence, the master followed last for
+//     silenceGrace: a router starved of CPU looks dead and is not, and
+//     vrrp names it the predecessor (ActPredecessor) when its late adverts
+//     come; a dead one's clients get their reset that much later. Then
+//     nothing.
 //   - init or fault: nothing.
 func handbackTo(st cluster.VIPStatus, last netip.Addr, now time.Time, window time.Duration) (to, keep netip.Addr, until time.Time) {
 	switch st.LocalState {
@@ -75,6 +82,9 @@ func handbackTo(st cluster.VIPStatus, last netip.Addr, now time.Time, window tim
 		end := st.Since.Add(window)
 		if st.Predecessor.IsValid() && now.Before(end) {
 			return st.Predecessor, netip.Addr{}, end
+		}
+		if grace := st.Since.Add(silenceGrace); !st.Predecessor.IsValid() && last.IsValid() && now.Before(grace) {
+			return last, last, grace
 		}
 		return netip.Addr{}, netip.Addr{}, time.Time{}
 	}

@@ -32,7 +32,8 @@ import (
 // whose LB still serves them while it drains: every request on the kept
 // connections is answered, and new connections go to n1's LB. The control
 // (n1 master with no predecessor, as after a dead master) shows the kept
-// connections break without it, so the test measures the handback.
+// connections break once the grace of a takeover by silence is over, so
+// the test measures the handback.
 func TestNetnsHandback(t *testing.T) {
 	netlabtest.RequireRoot(t)
 	t.Run("handed over", func(t *testing.T) { runHandback(t, "lbhb", true) })
@@ -205,6 +206,13 @@ func runHandback(t *testing.T, name string, handover bool) {
 			t.Errorf("new connection through %s after the move reached the master from %q, want n1's LB", v, got)
 		}
 	}
+	// After a takeover by silence n1 still passes them back for
+	// silenceGrace (n0 might be only slow), then no more.
+	wait := time.Second
+	if !handover {
+		wait = silenceGrace + 1500*time.Millisecond
+	}
+	time.Sleep(wait)
 	close(stopReq)
 	wg.Wait()
 	for _, kc := range kept {

@@ -32,8 +32,14 @@ func TestHandbackTo(t *testing.T) {
 			cluster.VIPStatus{LocalState: cluster.VIPStateMaster, Predecessor: b, Since: t0}, b, t0.Add(window - time.Millisecond), b, none, false},
 		{"master: the window is over",
 			cluster.VIPStatus{LocalState: cluster.VIPStateMaster, Predecessor: b, Since: t0}, b, t0.Add(window), none, none, true},
-		{"master after a silent (maybe dead) master: nothing to pass to",
-			cluster.VIPStatus{LocalState: cluster.VIPStateMaster, Since: t0}, b, t0, none, none, true},
+		{"master after a silent master: its connections go to it a moment, in case it is only slow",
+			cluster.VIPStatus{LocalState: cluster.VIPStateMaster, Since: t0}, b, t0.Add(silenceGrace - time.Millisecond), b, b, false},
+		{"master after a silent master: then nothing, it is taken for dead",
+			cluster.VIPStatus{LocalState: cluster.VIPStateMaster, Since: t0}, b, t0.Add(silenceGrace), none, none, true},
+		{"master after a silent master that turned out alive (vrrp's late predecessor)",
+			cluster.VIPStatus{LocalState: cluster.VIPStateMaster, Predecessor: b, Since: t0}, b, t0.Add(5 * time.Second), b, none, false},
+		{"master with nobody followed before",
+			cluster.VIPStatus{LocalState: cluster.VIPStateMaster, Since: t0}, none, t0, none, none, true},
 		{"fault holds no VIP and keeps the last master",
 			cluster.VIPStatus{LocalState: cluster.VIPStateFault}, b, t0, none, b, true},
 		{"init", cluster.VIPStatus{LocalState: cluster.VIPStateInit}, none, t0, none, none, true},
@@ -44,8 +50,8 @@ func TestHandbackTo(t *testing.T) {
 			if to != tt.to || keep != tt.keep || until.IsZero() != tt.untilZero {
 				t.Errorf("handbackTo = %v, %v, until %v; want %v, %v, until zero %v", to, keep, until, tt.to, tt.keep, tt.untilZero)
 			}
-			if !until.IsZero() && !until.Equal(tt.st.Since.Add(window)) {
-				t.Errorf("until %v, want the window's end %v", until, tt.st.Since.Add(window))
+			if !until.IsZero() && !until.Equal(tt.st.Since.Add(window)) && !until.Equal(tt.st.Since.Add(silenceGrace)) {
+				t.Errorf("until %v, want the window's or the grace's end", until)
 			}
 		})
 	}

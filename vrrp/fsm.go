@@ -83,6 +83,12 @@ type ActReleaseVIPs struct{}
 // ActAnnounce: send gratuitous ARP / unsolicited NA for the virtual addresses.
 type ActAnnounce struct{}
 
+// ActPredecessor: the master we took over from by its silence (no
+// Predecessor then) turned out alive: it still advertised, ranked below us,
+// soon after the takeover (a router starved of CPU, a lost advert burst).
+// Its connections are its own, as with ActStateChange.Predecessor.
+type ActPredecessor struct{ Addr netip.Addr }
+
 // ActStateChange reports a transition; it comes first among the actions of
 // the call that caused it. Reason is one of the Transition* words, short and
 // stable, fit for logs and metric labels.
@@ -102,6 +108,7 @@ func (ActTakeVIPs) isAction()    {}
 func (ActReleaseVIPs) isAction() {}
 func (ActAnnounce) isAction()    {}
 func (ActStateChange) isAction() {}
+func (ActPredecessor) isAction() {}
 
 // Transition reasons carried by ActStateChange.
 const (
@@ -137,6 +144,11 @@ type Machine struct {
 	leaving netip.Addr
 	lower   netip.Addr
 	lowerAt time.Time
+
+	// Master: when we took over, and whether a predecessor is known
+	// (ActStateChange.Predecessor or ActPredecessor).
+	masterSince time.Time
+	hasPred     bool
 }
 
 // NewMachine returns a machine in StateInit. Zero Version, Priority and
@@ -358,6 +370,12 @@ func (m *Machine) receiveMaster(now time.Time, p Packet, src netip.Addr) []Actio
 	case p.Priority == m.priority && src.Unmap().Compare(m.cfg.Self.Unmap()) > 0:
 		reason = TransitionTieBreak
 	default:
+		// A router ranked below us still claims the VIP: if we took over
+		// by silence moments ago, it is the master we replaced, alive.
+		if !m.hasPred && now.Sub(m.masterSince) <= m.MasterDownInterval() {
+			m.hasPred = true
+			return []Action{ActPredecessor{Addr: src}}
+		}
 		return nil
 	}
 	interval := m.cfg.Interval
@@ -402,8 +420,11 @@ func (m *Machine) becomeMaster(now time.Time, reason string) []Action {
 	// The VIPs go in before the first advert: peers (and a leaving master
 	// waiting for its successor) act on the advert, so the address must
 	// already be ours when it goes out.
-	acts := []Action{ActStateChange{From: m.state, To: StateMaster, Reason: reason, Predecessor: m.predecessor(now)}}
+	pred := m.predecessor(now)
+	acts := []Action{ActStateChange{From: m.state, To: StateMaster, Reason: reason, Predecessor: pred}}
 	m.forgetHandover()
+	// Only a takeover by silence can learn of a live predecessor later.
+	m.masterSince, m.hasPred = now, pred.IsValid() || reason != TransitionMasterDown
 	if !m.holding {
 		m.holding = true
 		acts = append(acts, ActTakeVIPs{})

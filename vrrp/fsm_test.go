@@ -231,8 +231,26 @@ func TestMachineTransitions(t *testing.T) {
 			name: "master ignores lower priority",
 			cfg:  base,
 			steps: seq(becomeMaster, []fsmStep{
-				evRecv(4*time.Second, 99, fsmHigh).expect(StateMaster).dl(mdi + time.Second),
+				// Moments after a takeover by silence, a lower router still
+				// advertising is the master we replaced, alive: said once.
+				evRecv(4*time.Second, 99, fsmHigh).expect(StateMaster, ActPredecessor{Addr: fsmHigh}).dl(mdi + time.Second),
+				evRecv(4100*fsmMS, 99, fsmHigh).expect(StateMaster),
 			}),
+		},
+		{
+			name: "a lower router long after a takeover by silence is no predecessor",
+			cfg:  base,
+			steps: seq(becomeMaster, []fsmStep{
+				evRecv(2*mdi+fsmMS, 99, fsmHigh).expect(StateMaster),
+			}),
+		},
+		{
+			name: "an owner at start has no predecessor to learn of",
+			cfg:  with(func(c *MachineConfig) { c.Priority = 255; c.Preempt = false }),
+			steps: []fsmStep{
+				evStart(0).expect(StateMaster, fsmToMaster(StateInit, TransitionStart, 255)...),
+				evRecv(500*fsmMS, 100, fsmHigh).expect(StateMaster),
+			},
 		},
 		{
 			name: "backup with preempt takes over from a lower-priority live master",
@@ -286,7 +304,7 @@ func TestMachineTransitions(t *testing.T) {
 			name: "equal priority: peer with lower address loses",
 			cfg:  base,
 			steps: seq(becomeMaster, []fsmStep{
-				evRecv(4*time.Second, 100, fsmLow).expect(StateMaster).mst(fsmSelf),
+				evRecv(4*time.Second, 100, fsmLow).expect(StateMaster, ActPredecessor{Addr: fsmLow}).mst(fsmSelf),
 			}),
 		},
 		{

@@ -166,6 +166,10 @@ func FuzzMachine(f *testing.F) {
 					if after != StateMaster {
 						t.Fatalf("announce outside MASTER: %v", acts)
 					}
+				case ActPredecessor:
+					if before != StateMaster || after != StateMaster || !act.Addr.IsValid() {
+						t.Fatalf("predecessor %v learned in %v -> %v: %v", act.Addr, before, after, acts)
+					}
 				default:
 					t.Fatalf("unknown action %T", act)
 				}

@@ -899,6 +899,9 @@ func (r *runner) apply(now time.Time, actions []Action) {
 			r.nextAnnounce = now.Add(announceSettle)
 		case ActStateChange:
 			r.stateChanged(now, a)
+		case ActPredecessor:
+			r.log.Info("the master we took over from by its silence is alive: its connections are its own", "predecessor", a.Addr)
+			r.updateStatus(func(s *Status) { s.Predecessor = a.Addr })
 		}
 	}
 	r.metrics.priority.WithLabelValues(r.cfg.Name).Set(float64(r.m.Priority()))
