@@ -635,6 +635,7 @@ func (l *LB) followHandback(ctx context.Context) {
 	defer check.Stop()
 	var snap *cluster.Snapshot
 	force := false
+	lastErr := ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -666,9 +667,17 @@ func (l *LB) followHandback(ctx context.Context) {
 			timer.Reset(time.Until(until))
 		}
 		if err := l.redir.ApplyHandback(want, force); err != nil {
-			l.log.Error("apply handback", "err", err)
-			force = true // the next check retries
+			// Once per distinct error: the next check retries every 5 s.
+			if err.Error() != lastErr {
+				l.log.Error("apply handback: connections will be reset when this node takes the VIP from a live node", "err", err)
+				lastErr = err.Error()
+			}
+			force = true
 			continue
+		}
+		if lastErr != "" {
+			l.log.Info("handback applied again")
+			lastErr = ""
 		}
 		force = false
 		l.mu.Lock()
