@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"time"
 
 	"appliance/internal/admin"
+	"appliance/internal/exepages"
 )
 
 // Service is one long-running part of the appliance. Its constructor binds
@@ -117,6 +119,12 @@ func Run(ctx context.Context, log *slog.Logger, opts Options, stages ...Stage) e
 		names[i] = s.Name()
 	}
 	log.Info("services started", "services", names, "admin", adm.Addr().String())
+	relCtx, relStop := context.WithCancel(context.Background())
+	relDone := make(chan struct{})
+	go func() {
+		defer close(relDone)
+		releasePages(relCtx, log, all)
+	}()
 
 	var errs []error
 	select {
@@ -129,6 +137,8 @@ func Run(ctx context.Context, log *slog.Logger, opts Options, stages ...Stage) e
 		errs = append(errs, err)
 		log.Error("the admin listener failed; stopping the services", "err", err)
 	}
+	relStop()
+	<-relDone
 	for i := range stages {
 		stops[i]()
 		waits[i].Wait()
@@ -147,6 +157,45 @@ drain:
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// When the binary's start-up pages are released: settle after every service
+// is first ready (informers syncing, first health checks), at the latest
+// releaseBy after the start, and again every releaseEvery, so that what a
+// rare event (a takeover, a relist) brought in does not stay mapped for the
+// process's life.
+var releaseAt = struct{ settle, by, every time.Duration }{
+	settle: 5 * time.Second,
+	by:     2 * time.Minute,
+	every:  time.Hour,
+}
+
+// releasePages drops the mappings of the binary's pages (exepages) that
+// start-up touched, once the services run, and then periodically.
+func releasePages(ctx context.Context, log *slog.Logger, all []Service) {
+	deadline := time.Now().Add(releaseAt.by)
+	for readyOf(all) != nil && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+	wait, level := releaseAt.settle, slog.LevelInfo
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		n, err := exepages.Release()
+		if err != nil {
+			log.Warn("could not release the binary's start-up pages; RSS stays higher, nothing else changes", "err", err)
+			return
+		}
+		log.Log(ctx, level, "released the mappings of the binary's pages; those in use come back on access", "mapped_mib", n>>20)
+		wait, level = releaseAt.every, slog.LevelDebug
+	}
 }
 
 func flatten(stages []Stage) []Service {

@@ -168,3 +168,58 @@ func TestDuplicateNamesAreRefused(t *testing.T) {
 		t.Errorf("Run = %v", err)
 	}
 }
+
+// TestReleasesPagesOnceReady: the binary's pages are released after every
+// service is ready, once at Info and then periodically at Debug, and the
+// releaser ends with the services.
+func TestReleasesPagesOnceReady(t *testing.T) {
+	saved := releaseAt
+	t.Cleanup(func() { releaseAt = saved })
+	releaseAt.settle, releaseAt.every = 10*time.Millisecond, 20*time.Millisecond
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ready := errors.New("not yet")
+	var readyMu sync.Mutex
+	svc := Func{ID: "s", RunFunc: func(ctx context.Context) error { <-ctx.Done(); return nil },
+		ReadyFn: func() error { readyMu.Lock(); defer readyMu.Unlock(); return ready }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		releasePages(ctx, log, []Service{svc})
+	}()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	early := logs.String()
+	mu.Unlock()
+	if strings.Contains(early, "released") {
+		t.Fatalf("released before the service was ready:\n%s", early)
+	}
+	readyMu.Lock()
+	ready = nil
+	readyMu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := logs.String()
+		mu.Unlock()
+		if strings.Contains(got, "level=INFO msg=\"released") && strings.Contains(got, "level=DEBUG msg=\"released") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no release at Info then Debug:\n%s", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
