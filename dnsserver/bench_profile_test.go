@@ -20,7 +20,10 @@ import (
 // binary pinned (taskset -c 1) with BENCH_DNS_PROFILE=cpu.out to keep the
 // profile; dnsperf runs on CPU 0 as in TestBenchDNS. BENCH_DNS_FORWARDED=1
 // asks forwarded names (served from the cache) instead of cluster names,
-// BENCH_DNS_NOFAST=1 turns the fast path off.
+// BENCH_DNS_NOFAST=1 turns the fast path off. BENCH_DNS_RATE=N sends N
+// queries a second instead of as many as it answers, and reports the CPU
+// time a query costs at that rate (a node's load, where the cost is mostly
+// waking up for each packet).
 func TestBenchDNSProfile(t *testing.T) {
 	cfg := testConfig()
 	cfg.Nodes = nil
@@ -50,11 +53,14 @@ func TestBenchDNSProfile(t *testing.T) {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	rate, _ := strconv.Atoi(os.Getenv("BENCH_DNS_RATE"))
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	qps, _, _, _ := runDNSPerf(t, port, qfile, benchSecs, 0, false)
+	cpu0 := procCPU(os.Getpid())
+	qps, _, _, _ := runDNSPerf(t, port, qfile, benchSecs, rate, false)
+	cpu := procCPU(os.Getpid()) - cpu0
 	runtime.ReadMemStats(&after)
 	n := qps * benchSecs
-	t.Logf("%.0f qps; %.1f allocations, %.0f bytes allocated per query; %d GCs", qps,
+	t.Logf("%.0f qps; %.1f µs of CPU, %.1f allocations, %.0f bytes allocated per query; %d GCs", qps, cpu/n*1e6,
 		float64(after.Mallocs-before.Mallocs)/n, float64(after.TotalAlloc-before.TotalAlloc)/n, after.NumGC-before.NumGC)
 }

@@ -17,8 +17,6 @@ import (
 	coredns "github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
 	"golang.org/x/net/bpf"
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -197,39 +195,27 @@ func (l *fastListener) current() *fastTable {
 // fastBatch is how many packets one recvmmsg/sendmmsg moves at most.
 const fastBatch = 32
 
-// batchConn is the batch API of golang.org/x/net's ipv4 and ipv6 packet
-// conns (recvmmsg/sendmmsg).
-type batchConn interface {
-	ReadBatch(ms []ipv4.Message, flags int) (int, error)
-	WriteBatch(ms []ipv4.Message, flags int) (int, error)
-}
-
 // read is one socket's loop: read what has arrived (up to fastBatch
 // packets in one call), answer what the fast path can, pass on the rest,
 // send the answers in one call.
 func (l *fastListener) read(c *net.UDPConn) {
-	var bc batchConn = ipv4.NewPacketConn(c)
-	if c.LocalAddr().(*net.UDPAddr).IP.To4() == nil {
-		bc = ipv6.NewPacketConn(c)
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return
 	}
-	in := make([]ipv4.Message, fastBatch)
-	out := make([]ipv4.Message, fastBatch)
-	for i := range fastBatch {
-		in[i].Buffers = [][]byte{make([]byte, fastMaxQuery)}
-		out[i].Buffers = [][]byte{make([]byte, 0, ednsBufSize)}
-		if l.pktinfo {
-			in[i].OOB = make([]byte, 128)
-			out[i].OOB = make([]byte, 0, 64)
-		}
+	oobSize := 0
+	if l.pktinfo {
+		oobSize = 128
 	}
+	in := newMmsgBatch(rc, fastBatch, fastMaxQuery, oobSize)
+	out := newMmsgBatch(rc, fastBatch, ednsBufSize, min(oobSize, 64))
 	key := make([]byte, 0, 260)
 	m := l.srv.metrics
 	fwd := l.srv.fwdCache
 	mdns := l.srv.mdns != nil
 	for {
-		n, err := bc.ReadBatch(in, 0)
+		n, err := in.recv()
 		if err != nil {
-			// x/net does not always say net.ErrClosed for a closed socket.
 			if l.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -239,30 +225,26 @@ func (l *fastListener) read(c *net.UDPConn) {
 		now := fwdNow()
 		k := 0
 		for i := range n {
-			msg := &in[i]
-			ua, ok := msg.Addr.(*net.UDPAddr)
+			from, ok := in.from(i)
 			if !ok {
 				continue
 			}
-			from := ua.AddrPort()
-			q := msg.Buffers[0][:msg.N]
+			q := in.data(i)
 			if len(q) < 12 || q[2]&0x80 != 0 {
 				continue // what miekg/dns drops: too short, or a response
 			}
 			var dst netip.Addr
+			var oob []byte
 			if l.pktinfo {
-				dst = pktinfoDst(msg.OOB[:msg.NN])
+				dst = pktinfoDst(in.control(i))
+				oob = pktinfoSrc(out.oob(k), dst)
 			}
 			// Refusals are the chain's: the access plugin answers and counts them.
 			var pending *fwdPending
 			if fq, qkey, ok := parseFastQuery(q, key[:0]); ok && l.srv.clients.allows(from.Addr()) {
 				t := l.current()
-				if r, e := t.answerParsed(out[k].Buffers[0][:0], q, fq, qkey); r != nil {
-					out[k].Buffers[0] = r
-					out[k].Addr = ua
-					if l.pktinfo {
-						out[k].OOB = pktinfoSrc(out[k].OOB[:0], dst)
-					}
+				if r, e := t.answerParsed(out.buf(k), q, fq, qkey); r != nil {
+					out.set(k, r, in, i, oob)
 					k++
 					// Counted as the chain counts: the response once
 					// written (or tried).
@@ -277,12 +259,8 @@ func (l *fastListener) read(c *net.UDPConn) {
 				if fwd != nil && fwdType(fq.qtype) && t.forwarded(qkey, mdns) {
 					flags := fwdKeyFlags(q, fq)
 					qkey = append(qkey, flags)
-					if r, e := fwd.answer(out[k].Buffers[0][:0], q, fq, qkey, now); r != nil {
-						out[k].Buffers[0] = r
-						out[k].Addr = ua
-						if l.pktinfo {
-							out[k].OOB = pktinfoSrc(out[k].OOB[:0], dst)
-						}
+					if r, e := fwd.answer(out.buf(k), q, fq, qkey, now); r != nil {
+						out.set(k, r, in, i, oob)
 						k++
 						// As the chain counts a forwarded name.
 						e.request.Inc()
@@ -299,8 +277,11 @@ func (l *fastListener) read(c *net.UDPConn) {
 			l.fallback.push(c, q, from, dst, pending)
 		}
 		for sent := 0; sent < k; {
-			w, err := bc.WriteBatch(out[sent:k], 0)
+			w, err := out.send(sent, k)
 			if err != nil {
+				if l.closed.Load() || errors.Is(err, net.ErrClosed) {
+					return
+				}
 				// Drop this one (a client gone, a full buffer) and go on.
 				w = max(w, 1)
 			}
