@@ -114,11 +114,7 @@ func Run(ctx context.Context, log *slog.Logger, opts Options, stages ...Stage) e
 			})
 		}
 	}
-	names := make([]string, len(all))
-	for i, s := range all {
-		names[i] = s.Name()
-	}
-	log.Info("services started", "services", names, "admin", adm.Addr().String())
+	log.Info("services started", "services", stageNames(all), "admin", adm.Addr().String())
 	relCtx, relStop := context.WithCancel(context.Background())
 	relDone := make(chan struct{})
 	go func() {
@@ -139,9 +135,14 @@ func Run(ctx context.Context, log *slog.Logger, opts Options, stages ...Stage) e
 	}
 	relStop()
 	<-relDone
-	for i := range stages {
+	for i, st := range stages {
+		begun := time.Now()
 		stops[i]()
 		waits[i].Wait()
+		if len(st) > 0 {
+			// Where a stop's time goes: the VIPs' handover, the LB's drain.
+			log.Info("stopped", "services", stageNames(st), "took", time.Since(begun).Round(time.Millisecond))
+		}
 	}
 	admStop()
 	if err := <-admDone; err != nil && len(errs) == 0 {
@@ -196,6 +197,14 @@ func releasePages(ctx context.Context, log *slog.Logger, all []Service) {
 		log.Log(ctx, level, "released the mappings of the binary's pages; those in use come back on access", "mapped_mib", n>>20)
 		wait, level = releaseAt.every, slog.LevelDebug
 	}
+}
+
+func stageNames(st Stage) []string {
+	names := make([]string, len(st))
+	for i, s := range st {
+		names[i] = s.Name()
+	}
+	return names
 }
 
 func flatten(stages []Stage) []Service {

@@ -56,9 +56,16 @@ func TestStagesStopInOrder(t *testing.T) {
 	rec := &recorder{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), nil))
 	go func() {
 		// The first stage takes longest to stop; the later ones must wait.
-		done <- Run(ctx, quiet(), opts(),
+		done <- Run(ctx, log, opts(),
 			Stage{fake(rec, "vrrp-api", 50*time.Millisecond, nil), fake(rec, "vrrp-ingress", 30*time.Millisecond, nil)},
 			Stage{fake(rec, "lb", 0, nil)},
 			Stage{fake(rec, "dns", 0, nil)})
@@ -71,6 +78,20 @@ func TestStagesStopInOrder(t *testing.T) {
 	got := strings.Join(rec.order, " ")
 	if got != "vrrp-ingress vrrp-api lb dns" {
 		t.Errorf("stop order %q; want both VRRP services, then lb, then dns", got)
+	}
+	// Each stage's stop is logged with its time, in order.
+	mu.Lock()
+	defer mu.Unlock()
+	var stopped []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "msg=stopped") && strings.Contains(l, "took=") {
+			_, svcs, _ := strings.Cut(l, "services=")
+			svcs, _, _ = strings.Cut(svcs, " took=")
+			stopped = append(stopped, svcs)
+		}
+	}
+	if got := strings.Join(stopped, " "); got != "\"[vrrp-api vrrp-ingress]\" [lb] [dns]" {
+		t.Errorf("stop log lines %q; want one per stage, in order:\n%s", got, logs.String())
 	}
 }
 
