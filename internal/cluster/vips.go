@@ -134,13 +134,37 @@ func (c *Config) nodeNames() string {
 	return strings.Join(names, ", ")
 }
 
+// isVIP reports whether a is one of the cluster's VIPs.
+func (c *Config) isVIP(a netip.Addr) bool {
+	return slices.Contains(c.Network.APIVIPs, a) || slices.Contains(c.Network.IngressVIPs, a)
+}
+
+// MachineAddr returns this machine's first address of a family (IPv6 when
+// v6) inside a machine network, never a VIP it may hold: where a process
+// that knows no node of its own (a standalone LB) sends VIP traffic.
+func (c *Config) MachineAddr(local []LocalInterface, v6 bool) (netip.Addr, bool) {
+	for _, li := range local {
+		if !li.Up {
+			continue
+		}
+		for _, p := range li.Addrs {
+			a := p.Addr()
+			if a.Is6() != v6 || c.isVIP(a) || a.IsLinkLocalUnicast() {
+				continue
+			}
+			if _, ok := c.Network.PrefixFor(a); ok {
+				return a, true
+			}
+		}
+	}
+	return netip.Addr{}, false
+}
+
 // PickInterface returns the interface holding an address inside a machine
 // network, for when network.interface is not set. VIPs themselves do not
 // count: a stale VIP must not pick the interface.
 func (c *Config) PickInterface(local []LocalInterface) (string, error) {
-	isVIP := func(a netip.Addr) bool {
-		return slices.Contains(c.Network.APIVIPs, a) || slices.Contains(c.Network.IngressVIPs, a)
-	}
+	isVIP := c.isVIP
 	var found []string
 	for _, li := range local {
 		for _, a := range li.Addrs {

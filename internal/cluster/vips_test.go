@@ -184,6 +184,32 @@ func TestPickInterface(t *testing.T) {
 	}
 }
 
+func TestMachineAddr(t *testing.T) {
+	cfg := mustParseVIPs(t, dualStack)
+	down := local("eth9", "fd00:126::99/64")
+	down.Up = false
+	cases := []struct {
+		name  string
+		local []LocalInterface
+		v6    bool
+		want  string // "" when none
+	}{
+		{"IPv6 while holding the VIP", []LocalInterface{local("lo", "::1/128"), local("br-ex", "fd00:126::5/64", "fe80::1/64", "fd00:126::10/64")}, true, "fd00:126::10"},
+		{"IPv4", []LocalInterface{local("ens3", "192.168.126.5/24", "192.168.126.10/24", "fd00:126::10/64")}, false, "192.168.126.10"},
+		{"outside the machine networks", []LocalInterface{local("ens3", "10.0.0.2/24", "fd00:999::2/64")}, true, ""},
+		{"link-local only", []LocalInterface{local("ens3", "fe80::2/64")}, true, ""},
+		{"a down interface does not count", []LocalInterface{down, local("ens3", "fd00:126::11/64")}, true, "fd00:126::11"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := cfg.MachineAddr(c.local, c.v6)
+			if (c.want == "") == ok || (ok && got.String() != c.want) {
+				t.Fatalf("got %v %v, want %q", got, ok, c.want)
+			}
+		})
+	}
+}
+
 func TestParseDHCPSection(t *testing.T) {
 	cfg := mustParseVIPs(t, `
 cluster: {name: ocp4, baseDomain: example.com}
