@@ -19,6 +19,7 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"github.com/mdlayher/arp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
@@ -579,7 +580,7 @@ func TestNetnsSocketReopens(t *testing.T) {
 	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "dhcpreo"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	flushAddrs(t, n1)
-	s := runInNode(t, n0)
+	s := runInNode(t, n0, labOptions(""))
 	lease := func() netip.Addr {
 		t.Helper()
 		got, err := leaseFrom(n1, time.Second, 5)
@@ -608,23 +609,12 @@ func TestNetnsFollowsBridge(t *testing.T) {
 	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "dhcpbr"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	flushAddrs(t, n1)
-	s := runInNode(t, n0)
+	s := runInNode(t, n0, labOptions(""))
 	lease := func() (netip.Addr, error) { return leaseFrom(n1, 500*time.Millisecond, 3) }
 	if got, err := lease(); err != nil || got != n1Reserved {
 		t.Fatalf("before the move: leased %v (%v), want %v", got, err, n1Reserved)
 	}
-	for _, c := range [][]string{
-		{"ip", "link", "add", "br-ex", "type", "bridge"},
-		{"ip", "link", "set", "br-ex", "address", "52:54:00:7e:00:10"},
-		{"ip", "link", "set", "eth0", "master", "br-ex"},
-		{"ip", "addr", "flush", "dev", "eth0"},
-		{"ip", "addr", "add", "192.168.126.10/24", "dev", "br-ex"},
-		{"ip", "link", "set", "br-ex", "up"},
-	} {
-		if out, err := n0.Run(context.Background(), c[0], c[1:]...); err != nil {
-			t.Fatalf("%v: %v\n%s", c, err, out)
-		}
-	}
+	moveToBridge(t, n0)
 	if got, err := lease(); err == nil {
 		t.Fatalf("a server bound to the bridge port still answered (%v): the test does not reproduce the move", got)
 	}
@@ -642,14 +632,78 @@ func TestNetnsFollowsBridge(t *testing.T) {
 	}
 }
 
-// runInNode runs a server with labOptions in node n until the test ends;
+// TestNetnsProberFollowsBridge: the ARP prober moves with the server, and
+// still finds a squatter on the pool from the bridge.
+func TestNetnsProberFollowsBridge(t *testing.T) {
+	lab := netlabtest.New(t, netlab.Options{Nodes: 3, Name: "dhcpprb"})
+	n0, n1 := lab.Nodes[0], lab.Nodes[1]
+	flushAddrs(t, n1)
+	o := labOptions("")
+	o.ProbeTimeout = time.Second // generous, as in TestNetnsPool
+	busy, free := netip.MustParseAddr("192.168.126.12"), netip.MustParseAddr("192.168.126.13")
+	o.Reservations = nil
+	o.Pool = cluster.Range{Start: busy, End: free}
+	s := runInNode(t, n0, o)
+	moveToBridge(t, n0)
+	if err := s.SetInterface("br-ex"); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.prober.interfaceName(); got != "br-ex" {
+		t.Fatalf("prober on %s after the move, want br-ex", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var lease *nclient4.Lease
+	err := n1.Do(func() error {
+		c, err := nclient4.New("eth0", nclient4.WithTimeout(time.Second), nclient4.WithRetry(3))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		offer, err := c.DiscoverOffer(ctx, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip4(busy))))
+		if err != nil {
+			return err
+		}
+		lease, err = c.RequestFromOffer(ctx, offer)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := addr(lease.ACK.YourIPAddr); got != free {
+		t.Fatalf("leased %v, want %v: the prober on br-ex did not hear the busy %v", got, free, busy)
+	}
+	if s.Metrics().Drops(DropProbeConflict) != 1 {
+		t.Errorf("probe conflicts %v, want 1", s.Metrics().Drops(DropProbeConflict))
+	}
+}
+
+// moveToBridge moves n's address from eth0 onto a new bridge br-ex with
+// eth0 as its port, as NetworkManager does for OVN-Kubernetes.
+func moveToBridge(t *testing.T, n *netlab.Node) {
+	t.Helper()
+	for _, c := range [][]string{
+		{"ip", "link", "add", "br-ex", "type", "bridge"},
+		{"ip", "link", "set", "br-ex", "address", "52:54:00:7e:00:10"},
+		{"ip", "link", "set", "eth0", "master", "br-ex"},
+		{"ip", "addr", "flush", "dev", "eth0"},
+		{"ip", "addr", "add", "192.168.126.10/24", "dev", "br-ex"},
+		{"ip", "link", "set", "br-ex", "up"},
+	} {
+		if out, err := n.Run(context.Background(), c[0], c[1:]...); err != nil {
+			t.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+}
+
+// runInNode runs a server with options o in node n until the test ends;
 // its sockets, re-opened or moved from Run's goroutine, belong in n too.
-func runInNode(t *testing.T, n *netlab.Node) *Server {
+func runInNode(t *testing.T, n *netlab.Node, o Options) *Server {
 	t.Helper()
 	var s *Server
 	if err := n.Do(func() error {
 		var err error
-		s, err = New(labOptions(""), NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		s, err = New(o, NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -659,6 +713,15 @@ func runInNode(t *testing.T, n *netlab.Node) *Server {
 		err := n.Do(func() error {
 			var err error
 			c, err = listen(iface)
+			return err
+		})
+		return c, err
+	}
+	s.dialARP = func(iface string) (*arp.Client, error) {
+		var c *arp.Client
+		err := n.Do(func() error {
+			var err error
+			c, err = dialARP(iface)
 			return err
 		})
 		return c, err

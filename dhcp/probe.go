@@ -2,10 +2,12 @@ package dhcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mdlayher/arp"
@@ -15,33 +17,85 @@ import (
 // offered. One reader goroutine collects every ARP packet on the interface;
 // a probe sends a request and waits at most timeout for the address to speak.
 // Probes run concurrently, so a burst of new clients waits one timeout, not
-// one per client.
+// one per client. It moves with the server (move) when the node's address
+// goes to another interface.
 type prober struct {
-	c       *arp.Client
+	c       atomic.Pointer[arp.Client]
+	iface   atomic.Pointer[string]
 	timeout time.Duration
 
 	mu      sync.Mutex
+	stopped bool // run's context ended: a move must not start a new read
 	waiting map[netip.Addr][]chan struct{}
 }
 
 func newProber(ifi *net.Interface, timeout time.Duration) (*prober, error) {
-	c, err := arp.Dial(ifi)
+	c, err := dialARP(ifi.Name)
 	if err != nil {
-		return nil, fmt.Errorf("dhcp: ARP probe socket on %s: %w", ifi.Name, err)
+		return nil, err
 	}
-	return &prober{c: c, timeout: timeout, waiting: map[netip.Addr][]chan struct{}{}}, nil
+	p := &prober{timeout: timeout, waiting: map[netip.Addr][]chan struct{}{}}
+	p.c.Store(c)
+	p.iface.Store(&ifi.Name)
+	return p, nil
 }
 
+// dialARP opens an ARP socket on the interface named name.
+func dialARP(name string) (*arp.Client, error) {
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("dhcp: ARP probe socket on %s: %w", name, err)
+	}
+	c, err := arp.Dial(ifi)
+	if err != nil {
+		return nil, fmt.Errorf("dhcp: ARP probe socket on %s: %w", name, err)
+	}
+	return c, nil
+}
+
+// move switches the prober to socket c on interface name; the old socket
+// is closed, which ends run's read on it, and run goes on with c.
+func (p *prober) move(c *arp.Client, name string) {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		_ = c.Close()
+		return
+	}
+	old := p.c.Swap(c)
+	p.iface.Store(&name)
+	p.mu.Unlock()
+	_ = old.Close()
+}
+
+// interfaceName is where the prober sends and listens.
+func (p *prober) interfaceName() string { return *p.iface.Load() }
+
 func (p *prober) run(ctx context.Context) {
-	stop := context.AfterFunc(ctx, func() { _ = p.c.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		p.stopped = true
+		_ = p.c.Load().SetReadDeadline(time.Unix(1, 0))
+		p.mu.Unlock()
+	})
 	defer stop()
 	for ctx.Err() == nil {
-		pkt, _, err := p.c.Read()
+		c := p.c.Load()
+		pkt, _, err := c.Read()
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			continue // not ARP, truncated: ignore
+			var op *net.OpError
+			if errors.As(err, &op) && p.c.Load() == c {
+				// The socket itself failed (its device gone): do not spin
+				// on it; a move brings a new one.
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			continue // not ARP, truncated, or a socket moved from: go on
 		}
 		p.mu.Lock()
 		for _, ch := range p.waiting[pkt.SenderIP] {
@@ -76,7 +130,7 @@ func (p *prober) inUse(ctx context.Context, ip netip.Addr) bool {
 		}
 		p.mu.Unlock()
 	}()
-	if err := p.c.Request(ip); err != nil {
+	if err := p.c.Load().Request(ip); err != nil {
 		return false // cannot probe: do not block the client on it
 	}
 	t := time.NewTimer(p.timeout)
@@ -90,4 +144,4 @@ func (p *prober) inUse(ctx context.Context, ip netip.Addr) bool {
 	return false
 }
 
-func (p *prober) close() { _ = p.c.Close() }
+func (p *prober) close() { _ = p.c.Load().Close() }

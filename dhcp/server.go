@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/mdlayher/arp"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,7 +48,9 @@ type Server struct {
 	iface   string // the interface the socket is bound to
 	stopped bool   // Run has ended: open nothing more
 	// listen opens the socket; tests replace it to inject failures.
-	listen  func(iface string) (*net.UDPConn, error)
+	listen func(iface string) (*net.UDPConn, error)
+	// dialARP opens the prober's socket on a move; tests replace it too.
+	dialARP func(iface string) (*arp.Client, error)
 	prober  *prober
 	probes  chan struct{} // bounds probes in flight
 	probing sync.WaitGroup
@@ -102,6 +105,7 @@ func New(opts Options, metrics *Metrics, log *slog.Logger) (*Server, error) {
 		lastAck: map[string]time.Time{},
 		bufs:    sync.Pool{New: func() any { b := make([]byte, maxPacket); return &b }},
 		listen:  listen,
+		dialARP: dialARP,
 	}
 	s.debug = s.log.Enabled(context.Background(), slog.LevelDebug)
 	s.iface = opts.Interface
@@ -216,8 +220,8 @@ type ReservedStatus struct {
 // (br-ex) leaves the old device a bridge port, whose broadcasts the stack
 // now receives on the bridge, so a socket bound to the port hears nothing.
 // It opens the socket there first and closes the old one only once that
-// worked; on error the server stays where it was. The ARP prober stays on
-// the old device: a port still sends and sees the segment's frames.
+// worked; on error the server stays where it was. The ARP prober moves
+// with it, so that it keeps probing when the old device goes away.
 func (s *Server) SetInterface(name string) error {
 	s.sockMu.Lock()
 	defer s.sockMu.Unlock()
@@ -227,6 +231,14 @@ func (s *Server) SetInterface(name string) error {
 	c, err := s.listen(name)
 	if err != nil {
 		return fmt.Errorf("dhcp: move from %s to %s: %w", s.iface, name, err)
+	}
+	if s.prober != nil {
+		ac, err := s.dialARP(name)
+		if err != nil {
+			c.Close()
+			return fmt.Errorf("dhcp: move from %s to %s: %w", s.iface, name, err)
+		}
+		s.prober.move(ac, name)
 	}
 	old := s.conn.Swap(c)
 	s.log.Info("moved to another interface", "from", s.iface, "to", name)
