@@ -146,7 +146,7 @@ func rssSampler(pid int) (stop func() int) {
 const (
 	benchServerCPU = "1"
 	// steadyAfter: the rounds start this long after the first server.
-	steadyAfter = 10 * time.Second
+	steadyAfter    = 10 * time.Second
 	benchClientCPU = "0"
 	benchSecs      = 8
 	benchLatSecs   = 5 // the latency run logs every query (-v); shorter keeps the log small
