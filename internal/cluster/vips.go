@@ -14,7 +14,7 @@ import (
 type VIPInstance struct {
 	Name         string // VIPName: "api-v4", "ingress-v6"
 	Kind         VIPKind
-	VIP          netip.Prefix // the VIP with its machine network's prefix length
+	VIP          netip.Prefix // the VIP as a host prefix: /32 or /128
 	VRID         uint8
 	Priority     uint8
 	Version      int
@@ -36,12 +36,18 @@ func (c *Config) VIPInstances(self Node) []VIPInstance {
 			continue
 		}
 		for _, vip := range c.VIPsFor(kind) {
-			pfx, ok := c.Network.PrefixFor(vip)
-			if !ok {
+			if _, ok := c.Network.PrefixFor(vip); !ok {
 				continue // Parse guarantees a machine network; defensive only
 			}
 			in := VIPInstance{
-				Name: VIPName(kind, vip), Kind: kind, VIP: netip.PrefixFrom(vip, pfx.Bits()),
+				// A host prefix, as OpenShift installs its VIPs: with the
+				// machine network's length, a VIP added before the node's
+				// own address (NetworkManager re-adding it, a move to
+				// br-ex) became the subnet's primary address, the source
+				// of the node's traffic, and removing it at a failover
+				// removed the node's address with it (promote_secondaries
+				// unset).
+				Name: VIPName(kind, vip), Kind: kind, VIP: netip.PrefixFrom(vip, vip.BitLen()),
 				VRID: c.VRIDFor(kind), Priority: prio, Version: c.VRRP.Version,
 				Interval: c.VRRP.AdvertInterval, Preempt: c.VRRP.Preempt,
 				PreemptDelay: c.VRRP.PreemptDelay,

@@ -44,9 +44,9 @@ func TestVIPInstances(t *testing.T) {
 		node string
 		want string
 	}{
-		{"bootstrap", "api-v4=192.168.126.5/24 api-v6=fd00:126::5/64"},
-		{"master-0", "api-v4=192.168.126.5/24 api-v6=fd00:126::5/64 ingress-v4=192.168.126.6/24"},
-		{"worker-0", "ingress-v4=192.168.126.6/24"},
+		{"bootstrap", "api-v4=192.168.126.5/32 api-v6=fd00:126::5/128"},
+		{"master-0", "api-v4=192.168.126.5/32 api-v6=fd00:126::5/128 ingress-v4=192.168.126.6/32"},
+		{"worker-0", "ingress-v4=192.168.126.6/32"},
 	}
 	for _, c := range cases {
 		self, _ := cfg.NodeByName(c.node)
