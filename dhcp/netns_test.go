@@ -485,28 +485,9 @@ func TestNetnsPool(t *testing.T) {
 	o.Reservations = o.Reservations[:0]
 	o.Pool = cluster.Range{Start: busy, End: free}
 	srv, _ := startServer(t, n0, o)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var lease *nclient4.Lease
-	err := n1.Do(func() error {
-		c, err := nclient4.New("eth0", nclient4.WithTimeout(time.Second), nclient4.WithRetry(3))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		// Ask for the busy address: the server must probe it, find it in
-		// use, and offer the free one on the retry.
-		offer, err := c.DiscoverOffer(ctx, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip4(busy))))
-		if err != nil {
-			return err
-		}
-		lease, err = c.RequestFromOffer(ctx, offer)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := addr(lease.ACK.YourIPAddr); got != free {
+	// Ask for the busy address: the server must probe it, find it in use,
+	// and offer the free one on the retry.
+	if got := leaseAsking(t, n1, busy); got != free {
 		t.Fatalf("leased %v, want %v (the busy %v answered ARP)", got, free, busy)
 	}
 	if srv.Metrics().Drops(DropProbeConflict) != 1 {
@@ -651,16 +632,28 @@ func TestNetnsProberFollowsBridge(t *testing.T) {
 	if got := s.prober.interfaceName(); got != "br-ex" {
 		t.Fatalf("prober on %s after the move, want br-ex", got)
 	}
+	if got := leaseAsking(t, n1, busy); got != free {
+		t.Fatalf("leased %v, want %v: the prober on br-ex did not hear the busy %v", got, free, busy)
+	}
+	if s.Metrics().Drops(DropProbeConflict) != 1 {
+		t.Errorf("probe conflicts %v, want 1", s.Metrics().Drops(DropProbeConflict))
+	}
+}
+
+// leaseAsking runs a DHCP exchange from n's eth0 that asks for want and
+// returns the address acknowledged.
+func leaseAsking(t *testing.T, n *netlab.Node, want netip.Addr) netip.Addr {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var lease *nclient4.Lease
-	err := n1.Do(func() error {
+	err := n.Do(func() error {
 		c, err := nclient4.New("eth0", nclient4.WithTimeout(time.Second), nclient4.WithRetry(3))
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		offer, err := c.DiscoverOffer(ctx, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip4(busy))))
+		offer, err := c.DiscoverOffer(ctx, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(ip4(want))))
 		if err != nil {
 			return err
 		}
@@ -670,12 +663,7 @@ func TestNetnsProberFollowsBridge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := addr(lease.ACK.YourIPAddr); got != free {
-		t.Fatalf("leased %v, want %v: the prober on br-ex did not hear the busy %v", got, free, busy)
-	}
-	if s.Metrics().Drops(DropProbeConflict) != 1 {
-		t.Errorf("probe conflicts %v, want 1", s.Metrics().Drops(DropProbeConflict))
-	}
+	return addr(lease.ACK.YourIPAddr)
 }
 
 // moveToBridge moves n's address from eth0 onto a new bridge br-ex with

@@ -56,13 +56,7 @@ func TestStagesStopInOrder(t *testing.T) {
 	rec := &recorder{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	var logs strings.Builder
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(b)
-	}), nil))
+	log, logged := captureLog()
 	go func() {
 		// The first stage takes longest to stop; the later ones must wait.
 		done <- Run(ctx, log, opts(),
@@ -80,10 +74,9 @@ func TestStagesStopInOrder(t *testing.T) {
 		t.Errorf("stop order %q; want both VRRP services, then lb, then dns", got)
 	}
 	// Each stage's stop is logged with its time, in order.
-	mu.Lock()
-	defer mu.Unlock()
+	all := logged()
 	var stopped []string
-	for _, l := range strings.Split(logs.String(), "\n") {
+	for _, l := range strings.Split(all, "\n") {
 		if strings.Contains(l, "msg=stopped") && strings.Contains(l, "took=") {
 			_, svcs, _ := strings.Cut(l, "services=")
 			svcs, _, _ = strings.Cut(svcs, " took=")
@@ -91,7 +84,7 @@ func TestStagesStopInOrder(t *testing.T) {
 		}
 	}
 	if got := strings.Join(stopped, " "); got != "\"[vrrp-api vrrp-ingress]\" [lb] [dns]" {
-		t.Errorf("stop log lines %q; want one per stage, in order:\n%s", got, logs.String())
+		t.Errorf("stop log lines %q; want one per stage, in order:\n%s", got, all)
 	}
 }
 
@@ -197,13 +190,7 @@ func TestReleasesPagesOnceReady(t *testing.T) {
 	saved := releaseAt
 	t.Cleanup(func() { releaseAt = saved })
 	releaseAt.settle, releaseAt.every = 10*time.Millisecond, 20*time.Millisecond
-	var logs strings.Builder
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return logs.Write(b)
-	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log, logged := captureLog()
 	ready := errors.New("not yet")
 	var readyMu sync.Mutex
 	svc := Func{ID: "s", RunFunc: func(ctx context.Context) error { <-ctx.Done(); return nil },
@@ -215,9 +202,7 @@ func TestReleasesPagesOnceReady(t *testing.T) {
 		releasePages(ctx, log, []Service{svc})
 	}()
 	time.Sleep(100 * time.Millisecond)
-	mu.Lock()
-	early := logs.String()
-	mu.Unlock()
+	early := logged()
 	if strings.Contains(early, "released") {
 		t.Fatalf("released before the service was ready:\n%s", early)
 	}
@@ -226,9 +211,7 @@ func TestReleasesPagesOnceReady(t *testing.T) {
 	readyMu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		mu.Lock()
-		got := logs.String()
-		mu.Unlock()
+		got := logged()
 		if strings.Contains(got, "level=INFO msg=\"released") && strings.Contains(got, "level=DEBUG msg=\"released") {
 			break
 		}
@@ -239,6 +222,23 @@ func TestReleasesPagesOnceReady(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// captureLog is a debug-level logger and a function returning what it
+// logged so far.
+func captureLog() (*slog.Logger, func() string) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return log, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.String()
+	}
 }
 
 type writerFunc func([]byte) (int, error)
