@@ -29,6 +29,7 @@ import (
 type fastListener struct {
 	srv   *Server
 	conns []*net.UDPConn
+	raws  []syscall.RawConn // conns[i]'s, for the readers' raw batch calls
 	// pktinfo: bound to an unspecified address, so a reply must leave from
 	// the address its query came to (IP_PKTINFO / IPV6_PKTINFO).
 	pktinfo bool
@@ -67,6 +68,12 @@ func listenFast(srv *Server, listen string) (*fastListener, string, error) {
 		}
 		c := pc.(*net.UDPConn)
 		l.conns = append(l.conns, c)
+		rc, err := c.SyscallConn()
+		if err != nil {
+			l.close()
+			return nil, "", fmt.Errorf("dns: listen on %s: %w", addr, err)
+		}
+		l.raws = append(l.raws, rc)
 		if i == 0 {
 			// Port 0 is now a port: the other sockets and CoreDNS's join it.
 			host, _, _ := net.SplitHostPort(listen)
@@ -165,11 +172,11 @@ func (l *fastListener) serve(core *coredns.Server) error {
 	case err := <-errc:
 		return fmt.Errorf("dns: fast path fallback: %w", err)
 	}
-	for _, c := range l.conns {
+	for i, c := range l.conns {
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			l.read(c)
+			l.read(c, l.raws[i])
 		}()
 	}
 	return nil
@@ -197,12 +204,9 @@ const fastBatch = 32
 
 // read is one socket's loop: read what has arrived (up to fastBatch
 // packets in one call), answer what the fast path can, pass on the rest,
-// send the answers in one call.
-func (l *fastListener) read(c *net.UDPConn) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return
-	}
+// send the answers in one call. It returns only once the listener is
+// closed.
+func (l *fastListener) read(c *net.UDPConn, rc syscall.RawConn) {
 	oobSize := 0
 	if l.pktinfo {
 		oobSize = 128
