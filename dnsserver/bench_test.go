@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -119,9 +120,18 @@ type benchRun struct {
 // rssSampler follows a process's VmRSS every 20 ms until stopped, which
 // returns the largest seen (KiB): the RSS under load, where VmHWM would
 // also count start-up.
-func rssSampler(pid int) (stop func() int) {
+func rssSampler(t *testing.T, pid int) (stop func() int) {
 	done := make(chan struct{})
 	peak := make(chan int, 1)
+	var once sync.Once
+	stop = func() int {
+		once.Do(func() { close(done) })
+		return <-peak
+	}
+	// A run that fails the test stops it too.
+	t.Cleanup(func() {
+		once.Do(func() { close(done); <-peak })
+	})
 	go func() {
 		top := 0
 		tick := time.NewTicker(20 * time.Millisecond)
@@ -138,13 +148,16 @@ func rssSampler(pid int) (stop func() int) {
 			}
 		}
 	}()
-	return func() int { close(done); return <-peak }
+	return stop
 }
 
 // Bench parameters, as in issue 16: the server pinned to CPU 1, dnsperf to
 // CPU 0 with 4 clients and 200 queries outstanding for 8 s.
 const (
 	benchServerCPU = "1"
+	// nodeRate for nodeRateSecs: a node's load, for the CPU per query.
+	nodeRate     = 1000
+	nodeRateSecs = 5
 	// steadyAfter: the rounds start this long after the first server.
 	steadyAfter    = 10 * time.Second
 	benchClientCPU = "0"
@@ -234,6 +247,8 @@ func TestBenchDNS(t *testing.T) {
 		port int
 		cmd  *exec.Cmd
 		runs map[string][]benchRun // by mix
+		// CPU per query at a node's rate, by mix.
+		atNodeRate map[string]time.Duration
 	}
 	var procs []*running
 	var started []time.Time
@@ -252,7 +267,7 @@ func TestBenchDNS(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		waitDNS(t, addr)
 		started = append(started, time.Now())
-		procs = append(procs, &running{name: s.name, port: port, cmd: cmd, runs: map[string][]benchRun{}})
+		procs = append(procs, &running{name: s.name, port: port, cmd: cmd, runs: map[string][]benchRun{}, atNodeRate: map[string]time.Duration{}})
 	}
 	load := func() string {
 		b, _ := os.ReadFile("/proc/loadavg")
@@ -279,7 +294,7 @@ func TestBenchDNS(t *testing.T) {
 				p := procs[(i+round)%len(procs)]
 				var r benchRun
 				cpu0 := procCPU(p.cmd.Process.Pid)
-				rss := rssSampler(p.cmd.Process.Pid)
+				rss := rssSampler(t, p.cmd.Process.Pid)
 				r.maxQPS, _, _, _ = runDNSPerf(t, p.port, mx.file, benchSecs, 0, false)
 				if used := procCPU(p.cmd.Process.Pid) - cpu0; used > 0 {
 					r.perCPU = r.maxQPS * benchSecs / used
@@ -291,13 +306,23 @@ func TestBenchDNS(t *testing.T) {
 			}
 		}
 
+		// A node's rate: the CPU a query costs when the server is idle
+		// between packets, which a saturated run does not show.
+		for _, p := range procs {
+			cpu0 := procCPUTime(p.cmd.Process.Pid)
+			qps, _, _, _ := runDNSPerf(t, p.port, mx.file, nodeRateSecs, nodeRate, false)
+			if n := qps * nodeRateSecs; n > 0 {
+				p.atNodeRate[mx.name] = time.Duration(float64(procCPUTime(p.cmd.Process.Pid)-cpu0) / n)
+			}
+		}
+
 		what := "cluster names (api, api-int, *.apps, nodes, short name, PTR)"
 		if mx.name == "forwarded" {
 			what = "forwarded names (A, AAAA, a CNAME chain, MX, TXT, NXDOMAIN, NODATA) from a local authoritative upstream, caches warm"
 		}
 		fmt.Fprintf(&b, "\nDNS, %s mix: servers on CPU %s (taskset), dnsperf on CPU %s -c 4 -q 200 over loopback; max qps: %d s unlimited; latency: %d s at %.0f%% of that round's max (-v);\n%d rounds, order rotated per round; min–max (median) over rounds; %d-name mix of %s; load average before %s, after %s\n\n",
 			mx.name, benchServerCPU, benchClientCPU, benchSecs, benchLatSecs, benchLoadShare*100, rounds, strings.Count(mx.queries, "\n"), what, loadBefore, load())
-		b.WriteString("| server | max qps | queries per CPU second | p50 @80% | p99 @80% | lost @80% | RSS under load (largest) | VmHWM (start-up included) | RssAnon after |\n|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| server | max qps | queries per CPU second | p50 @80% | p99 @80% | lost @80% | CPU per query at 1,000 q/s | RSS under load (largest) | VmHWM (start-up included) | RssAnon after |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		medMax, medPerCPU := map[string]float64{}, map[string]float64{}
 		for _, p := range procs {
 			runs := p.runs[mx.name]
@@ -319,11 +344,12 @@ func TestBenchDNS(t *testing.T) {
 			}
 			medMax[p.name] = medianOf(runs, func(r benchRun) float64 { return r.maxQPS })
 			medPerCPU[p.name] = medianOf(runs, func(r benchRun) float64 { return r.perCPU })
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %.1f MiB | %d MiB | %d MiB |\n", p.name,
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %.1f µs | %.1f MiB | %d MiB | %d MiB |\n", p.name,
 				f(func(r benchRun) float64 { return r.maxQPS }, qps),
 				f(func(r benchRun) float64 { return r.perCPU }, qps),
 				f(func(r benchRun) float64 { return float64(r.p50) }, dur),
-				f(func(r benchRun) float64 { return float64(r.p99) }, dur), lost, float64(rssLoad)/1024, peak/1024, anon/1024)
+				f(func(r benchRun) float64 { return float64(r.p99) }, dur), lost,
+				float64(p.atNodeRate[mx.name])/float64(time.Microsecond), float64(rssLoad)/1024, peak/1024, anon/1024)
 		}
 		if a, ok := medMax["appliance"]; ok {
 			for _, p := range procs[1:] {
@@ -458,6 +484,26 @@ func procCPU(pid int) float64 {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return (utime + stime) / 100 // USER_HZ
+}
+
+// procCPUTime is the time every thread of pid has run, from the
+// scheduler's nanosecond counts (/proc/PID/task/*/schedstat): fine enough
+// for the few milliseconds a few thousand queries cost, where /proc/PID/stat
+// counts 10 ms ticks.
+func procCPUTime(pid int) time.Duration {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var total time.Duration
+	for _, f := range tasks {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that has just exited
+		}
+		if fs := strings.Fields(string(data)); len(fs) > 0 {
+			ns, _ := strconv.ParseInt(fs[0], 10, 64)
+			total += time.Duration(ns)
+		}
+	}
+	return total
 }
 
 // procRSS reads VmRSS, VmHWM and RssAnon (KiB) of pid. RssAnon is the
