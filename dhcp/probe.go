@@ -21,11 +21,11 @@ import (
 // goes to another interface.
 type prober struct {
 	c       atomic.Pointer[arp.Client]
-	iface   atomic.Pointer[string]
 	timeout time.Duration
 
 	mu      sync.Mutex
-	stopped bool // run's context ended: a move must not start a new read
+	iface   string // where c is
+	stopped bool   // run's context ended: a move must not start a new read
 	waiting map[netip.Addr][]chan struct{}
 }
 
@@ -34,9 +34,8 @@ func newProber(ifi *net.Interface, timeout time.Duration) (*prober, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &prober{timeout: timeout, waiting: map[netip.Addr][]chan struct{}{}}
+	p := &prober{timeout: timeout, iface: ifi.Name, waiting: map[netip.Addr][]chan struct{}{}}
 	p.c.Store(c)
-	p.iface.Store(&ifi.Name)
 	return p, nil
 }
 
@@ -63,13 +62,17 @@ func (p *prober) move(c *arp.Client, name string) {
 		return
 	}
 	old := p.c.Swap(c)
-	p.iface.Store(&name)
+	p.iface = name
 	p.mu.Unlock()
 	_ = old.Close()
 }
 
 // interfaceName is where the prober sends and listens.
-func (p *prober) interfaceName() string { return *p.iface.Load() }
+func (p *prober) interfaceName() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.iface
+}
 
 func (p *prober) run(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() {

@@ -170,11 +170,10 @@ func (c *Config) MachineAddr(local []LocalInterface, v6 bool) (netip.Addr, bool)
 // network, for when network.interface is not set. VIPs themselves do not
 // count: a stale VIP must not pick the interface.
 func (c *Config) PickInterface(local []LocalInterface) (string, error) {
-	isVIP := c.isVIP
 	var found []string
 	for _, li := range local {
 		for _, a := range li.Addrs {
-			if isVIP(a.Addr()) {
+			if c.isVIP(a.Addr()) {
 				continue
 			}
 			if _, ok := c.Network.PrefixFor(a.Addr()); ok {
