@@ -20,6 +20,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"appliance/internal/apptest"
 	"appliance/internal/netlab/netlabtest"
 )
 
@@ -192,10 +193,7 @@ func TestBenchDNS(t *testing.T) {
 
 	// The appliance runs as the binary users run (appliance dns), so it can be
 	// pinned and its RSS read like the others'.
-	app := filepath.Join(dir, "appliance")
-	if out, err := exec.Command("go", "build", "-o", app, "appliance/cmd/appliance").CombinedOutput(); err != nil {
-		t.Fatalf("build appliance: %v\n%s", err, out)
-	}
+	app := apptest.Build(t)
 	coredns := filepath.Join(dir, "coredns")
 	buildCoreDNS(t, coredns)
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"appliance/internal/apptest"
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 	"appliance/internal/netlab/netlabtest"
@@ -53,20 +54,6 @@ func goTestHelper(t *testing.T, pkg, test string, env ...string) {
 	if err != nil || !strings.Contains(string(out), "--- PASS: "+test) {
 		t.Fatalf("go test %s -run %s: %v\n%s", pkg, test, err, out)
 	}
-}
-
-// buildAppliance builds the appliance as `make build` does (static,
-// stripped), so that its resident memory is the shipped binary's and not
-// this test binary's.
-func buildAppliance(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "appliance")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "appliance/cmd/appliance")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build appliance: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // ocpStack holds the anchors' files for one lab.
@@ -357,7 +344,7 @@ type side struct {
 // each; withLocalAPI also runs a stand-in apiserver on n0 itself.
 func newSides(t *testing.T, withLocalAPI, ingress bool) (apl, stk *side) {
 	t.Helper()
-	bin := buildAppliance(t)
+	bin := apptest.Build(t)
 	mk := func(name string) *side {
 		lab := netlabtest.New(t, netlab.Options{Nodes: 4, Name: name})
 		s := &side{lab: lab, masters: lab.Nodes[:3], client: lab.Nodes[3]}

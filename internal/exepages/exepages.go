@@ -33,12 +33,30 @@ func Release() (int64, error) {
 	for _, r := range Droppable(smaps, exe) {
 		// MADV_DONTNEED on a private file mapping only removes its page
 		// table entries; the next access maps the file's page again.
-		if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, unix.MADV_DONTNEED); e != 0 {
-			return released, fmt.Errorf("exepages: madvise %#x-%#x: %w", r.Start, r.End, e)
+		if err := madvise(r, unix.MADV_DONTNEED); err != nil {
+			return released, err
+		}
+		// The runtime reads the read-only data (function tables for stack
+		// scans and tracebacks, type data for the GC) a few bytes at a time,
+		// all over it. Without this advice each of those faults maps the
+		// page-cache folio around it: one GC cycle after a release mapped
+		// 12.6 MiB of the 27 MiB function table, 4.1 MiB with it. Text is
+		// left to fault-around: code is read in runs.
+		if r.Perms[2] != 'x' {
+			if err := madvise(r, unix.MADV_RANDOM); err != nil {
+				return released, err
+			}
 		}
 		released += r.RSS
 	}
 	return released, nil
+}
+
+func madvise(r Region, advice int) error {
+	if _, _, e := unix.Syscall(unix.SYS_MADVISE, r.Start, r.End-r.Start, uintptr(advice)); e != 0 {
+		return fmt.Errorf("exepages: madvise(%d) %#x-%#x: %w", advice, r.Start, r.End, e)
+	}
+	return nil
 }
 
 // Droppable returns the mappings in smaps (the text of /proc/PID/smaps) of

@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,8 +136,32 @@ func TestReleaseOnThisProcess(t *testing.T) {
 	var still int64
 	for _, r := range Droppable(smaps, exe) {
 		still += r.RSS
+		// rr: VM_RAND_READ, set by MADV_RANDOM.
+		if random := slices.Contains(vmFlags(t, smaps, r.Start), "rr"); random == (r.Perms[2] == 'x') {
+			t.Errorf("mapping %#x %s: random-access advice %v, want it on read-only data only", r.Start, r.Perms, random)
+		}
 	}
 	if still >= released {
 		t.Errorf("the binary's read-only mappings hold %d KiB again, as many as the %d KiB released", still>>10, released>>10)
 	}
+}
+
+// vmFlags returns the VmFlags of the mapping at start in smaps.
+func vmFlags(t *testing.T, smaps []byte, start uintptr) []string {
+	t.Helper()
+	in := false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if lo, _, ok := strings.Cut(line, "-"); ok && !strings.Contains(lo, " ") && !strings.Contains(lo, ":") {
+			v, err := strconv.ParseUint(lo, 16, 64)
+			in = err == nil && uintptr(v) == start
+			continue
+		}
+		if in {
+			if flags, ok := strings.CutPrefix(line, "VmFlags:"); ok {
+				return strings.Fields(flags)
+			}
+		}
+	}
+	t.Fatalf("no VmFlags for the mapping at %#x", start)
+	return nil
 }

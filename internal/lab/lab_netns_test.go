@@ -4,29 +4,23 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"appliance/internal/apptest"
 	"appliance/internal/netlab/netlabtest"
 )
 
 // applianceBin builds the binary the lab's nodes run (or takes
-// $APPLIANCE_BIN), with the Makefile's flags so the build cache is shared.
+// $APPLIANCE_BIN), as `make build` does.
 func applianceBin(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("APPLIANCE_BIN"); p != "" {
 		return p
 	}
-	exe := filepath.Join(t.TempDir(), "appliance")
-	cmd := exec.Command("go", "build", "-trimpath", "-o", exe, "appliance/cmd/appliance")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return exe
+	return apptest.Build(t)
 }
 
 // TestLab plays the whole scenario with short pauses and holds it to its

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"appliance/internal/apptest"
 	"appliance/internal/cluster"
 	"appliance/platform"
-	"appliance/platform/kubevirt/kubevirttest"
 )
 
 // TestBenchProvisionKubeVirt times `appliance provision apply` and
@@ -35,17 +35,8 @@ import (
 func TestBenchProvisionKubeVirt(t *testing.T) {
 	needAPI(t)
 	const workers, rounds = 50, 5
-	root, err := kubevirttest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "appliance")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/appliance")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := apptest.Build(t)
 	kubectl := filepath.Join(kube.assets, "kubectl")
 	if _, err := os.Stat(kubectl); err != nil {
 		t.Fatalf("no kubectl beside the server binaries: %v", err)
