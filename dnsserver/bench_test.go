@@ -116,6 +116,10 @@ type benchRun struct {
 	lost     int     // in the latency run
 	p50, p99 time.Duration
 	rssLoad  int // KiB: the largest VmRSS seen during both runs
+	// nodeCPU is the CPU a query costs at a node's rate (nodeRate), when
+	// the server is idle between packets, which a saturated run does not
+	// show.
+	nodeCPU time.Duration
 }
 
 // rssSampler follows a process's VmRSS every 20 ms until stopped, which
@@ -245,8 +249,6 @@ func TestBenchDNS(t *testing.T) {
 		port int
 		cmd  *exec.Cmd
 		runs map[string][]benchRun // by mix
-		// CPU per query at a node's rate, by mix.
-		atNodeRate map[string]time.Duration
 	}
 	var procs []*running
 	var started []time.Time
@@ -265,7 +267,7 @@ func TestBenchDNS(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		waitDNS(t, addr)
 		started = append(started, time.Now())
-		procs = append(procs, &running{name: s.name, port: port, cmd: cmd, runs: map[string][]benchRun{}, atNodeRate: map[string]time.Duration{}})
+		procs = append(procs, &running{name: s.name, port: port, cmd: cmd, runs: map[string][]benchRun{}})
 	}
 	load := func() string {
 		b, _ := os.ReadFile("/proc/loadavg")
@@ -299,18 +301,12 @@ func TestBenchDNS(t *testing.T) {
 				}
 				r.latQPS, r.lost, r.p50, r.p99 = runDNSPerf(t, p.port, mx.file, benchLatSecs, int(r.maxQPS*benchLoadShare), true)
 				r.rssLoad = rss()
+				cpuNs := procCPUTime(p.cmd.Process.Pid)
+				if qps, _, _, _ := runDNSPerf(t, p.port, mx.file, nodeRateSecs, nodeRate, false); qps > 0 {
+					r.nodeCPU = time.Duration(float64(procCPUTime(p.cmd.Process.Pid)-cpuNs) / (qps * nodeRateSecs))
+				}
 				p.runs[mx.name] = append(p.runs[mx.name], r)
-				t.Logf("%s mix, round %d %s: max %.0f qps (%.0f per CPU second); at %.0f qps p50 %v p99 %v lost %d", mx.name, round+1, p.name, r.maxQPS, r.perCPU, r.latQPS, r.p50, r.p99, r.lost)
-			}
-		}
-
-		// A node's rate: the CPU a query costs when the server is idle
-		// between packets, which a saturated run does not show.
-		for _, p := range procs {
-			cpu0 := procCPUTime(p.cmd.Process.Pid)
-			qps, _, _, _ := runDNSPerf(t, p.port, mx.file, nodeRateSecs, nodeRate, false)
-			if n := qps * nodeRateSecs; n > 0 {
-				p.atNodeRate[mx.name] = time.Duration(float64(procCPUTime(p.cmd.Process.Pid)-cpu0) / n)
+				t.Logf("%s mix, round %d %s: max %.0f qps (%.0f per CPU second); at %.0f qps p50 %v p99 %v lost %d; %v CPU per query at %d q/s", mx.name, round+1, p.name, r.maxQPS, r.perCPU, r.latQPS, r.p50, r.p99, r.lost, r.nodeCPU, nodeRate)
 			}
 		}
 
@@ -318,8 +314,8 @@ func TestBenchDNS(t *testing.T) {
 		if mx.name == "forwarded" {
 			what = "forwarded names (A, AAAA, a CNAME chain, MX, TXT, NXDOMAIN, NODATA) from a local authoritative upstream, caches warm"
 		}
-		fmt.Fprintf(&b, "\nDNS, %s mix: servers on CPU %s (taskset), dnsperf on CPU %s -c 4 -q 200 over loopback; max qps: %d s unlimited; latency: %d s at %.0f%% of that round's max (-v);\n%d rounds, order rotated per round; min–max (median) over rounds; %d-name mix of %s; load average before %s, after %s\n\n",
-			mx.name, benchServerCPU, benchClientCPU, benchSecs, benchLatSecs, benchLoadShare*100, rounds, strings.Count(mx.queries, "\n"), what, loadBefore, load())
+		fmt.Fprintf(&b, "\nDNS, %s mix: servers on CPU %s (taskset), dnsperf on CPU %s -c 4 -q 200 over loopback; max qps: %d s unlimited; latency: %d s at %.0f%% of that round's max (-v);\nCPU per query at a node's rate: %d s at %d q/s, the CPU time of all the server's threads (schedstat);\n%d rounds, order rotated per round; min–max (median) over rounds; %d-name mix of %s; load average before %s, after %s\n\n",
+			mx.name, benchServerCPU, benchClientCPU, benchSecs, benchLatSecs, benchLoadShare*100, nodeRateSecs, nodeRate, rounds, strings.Count(mx.queries, "\n"), what, loadBefore, load())
 		b.WriteString("| server | max qps | queries per CPU second | p50 @80% | p99 @80% | lost @80% | CPU per query at 1,000 q/s | RSS under load (largest) | VmHWM (start-up included) | RssAnon after |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		medMax, medPerCPU := map[string]float64{}, map[string]float64{}
 		for _, p := range procs {
@@ -335,6 +331,7 @@ func TestBenchDNS(t *testing.T) {
 			}
 			qps := func(x float64) string { return fmt.Sprintf("%.0fk", x/1000) }
 			dur := func(x float64) string { return time.Duration(x).Round(time.Microsecond).String() }
+			us := func(x float64) string { return fmt.Sprintf("%.1f µs", x/float64(time.Microsecond)) }
 			lost, rssLoad := 0, 0
 			for _, r := range runs {
 				lost += r.lost
@@ -342,12 +339,12 @@ func TestBenchDNS(t *testing.T) {
 			}
 			medMax[p.name] = medianOf(runs, func(r benchRun) float64 { return r.maxQPS })
 			medPerCPU[p.name] = medianOf(runs, func(r benchRun) float64 { return r.perCPU })
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %.1f µs | %.1f MiB | %d MiB | %d MiB |\n", p.name,
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %s | %.1f MiB | %d MiB | %d MiB |\n", p.name,
 				f(func(r benchRun) float64 { return r.maxQPS }, qps),
 				f(func(r benchRun) float64 { return r.perCPU }, qps),
 				f(func(r benchRun) float64 { return float64(r.p50) }, dur),
 				f(func(r benchRun) float64 { return float64(r.p99) }, dur), lost,
-				float64(p.atNodeRate[mx.name])/float64(time.Microsecond), float64(rssLoad)/1024, peak/1024, anon/1024)
+				f(func(r benchRun) float64 { return float64(r.nodeCPU) }, us), float64(rssLoad)/1024, peak/1024, anon/1024)
 		}
 		if a, ok := medMax["appliance"]; ok {
 			for _, p := range procs[1:] {
