@@ -51,7 +51,8 @@ func Corefile(p CorefileParams) (string, error) {
 	}
 	fmt.Fprintf(&b, "    cluster %s {\n        instance %d\n    }\n", strings.TrimSuffix(p.Zone, "."), p.Instance)
 	if p.CacheTTL > 0 {
-		fmt.Fprintf(&b, "    cache %d\n", p.CacheTTL)
+		// prefetch: the forward cache's refresh window (fwdPrefetchPercent).
+		fmt.Fprintf(&b, "    cache %d {\n        prefetch 1 1m %d%%\n    }\n", p.CacheTTL, fwdPrefetchPercent)
 	}
 	fmt.Fprintf(&b, "    upstream {\n        instance %d\n    }\n}\n", p.Instance)
 	return b.String(), nil

@@ -227,7 +227,7 @@ func (l *fastListener) read(c *net.UDPConn, rc syscall.RawConn) {
 		}
 		start := time.Now()
 		now := fwdNow()
-		k := 0
+		k, prefetches := 0, 0
 		for i := range n {
 			from, ok := in.from(i)
 			if !ok {
@@ -266,12 +266,21 @@ func (l *fastListener) read(c *net.UDPConn, rc syscall.RawConn) {
 					if r, e := fwd.answer(out.buf(k), q, fq, qkey, now); r != nil {
 						out.set(k, r, in, i, oob)
 						k++
+						m.fastAnswers.Inc()
+						m.forwardHits.Inc()
+						if fwd.prefetch(e, now) {
+							// The chain counts this query, as it counts
+							// a forwarded name; the hit does not.
+							prefetches++
+							m.forwardPrefetches.Inc()
+							l.fallback.push(c, q, from, dst, &fwdPending{key: string(qkey), gen: e.gen, qtype: fq.qtype, flags: flags,
+								request: e.request, prefetch: true})
+							continue
+						}
 						// As the chain counts a forwarded name.
 						e.request.Inc()
 						e.response.Inc()
 						e.result.Inc()
-						m.fastAnswers.Inc()
-						m.forwardHits.Inc()
 						continue
 					}
 					pending = &fwdPending{key: string(qkey), gen: fwd.gen.Load(), qtype: fq.qtype, flags: flags,
@@ -291,10 +300,10 @@ func (l *fastListener) read(c *net.UDPConn, rc syscall.RawConn) {
 			}
 			sent += w
 		}
-		if k > 0 {
+		if k > prefetches {
 			// Each answer of the batch took the batch's time.
 			d := time.Since(start).Seconds()
-			for range k {
+			for range k - prefetches {
 				m.duration.Observe(d)
 			}
 		}
@@ -388,6 +397,10 @@ func (f *fallbackConn) WriteTo(b []byte, addr net.Addr) (int, error) {
 	var oob []byte
 	if f.l.pktinfo {
 		oob = pktinfoSrc(nil, r.dst)
+	}
+	if r.pending != nil && r.pending.prefetch {
+		f.l.srv.fwdCache.fill(r.pending, b, fwdNow(), f.l.srv.metrics)
+		return len(b), nil
 	}
 	n, _, err := r.conn.WriteMsgUDPAddrPort(b, oob, ua.AddrPort())
 	if r.pending != nil && err == nil {

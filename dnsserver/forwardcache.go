@@ -53,6 +53,22 @@ const fwdShards = 32
 // fwdMaxRRs bounds the records of a cached reply (TTL fields patched per hit).
 const fwdMaxRRs = 64
 
+// Prefetch: a hit in the last fwdPrefetchPercent of an entry's life also
+// sends the query through the chain, at most once per fwdPrefetchEvery per
+// entry, until a reply that outlives the entry by more than fwdRefreshMin
+// replaces it. The chain's cache prefetches in the same window (the
+// Corefile's "prefetch 1 1m 20%"): the first of these queries finds its item
+// in the window and starts the upstream refresh there, a later one brings
+// the refreshed item back. Without it a hot name's entry and the chain's
+// item expired together, and for the entry's last second (its TTLs count
+// whole seconds rounded up) every query for it took the chain and its
+// upstream round trip.
+const (
+	fwdPrefetchPercent = 20
+	fwdPrefetchEvery   = int64(100 * time.Millisecond)
+	fwdRefreshMin      = int64(time.Second)
+)
+
 // fwdEpoch is the monotonic clock's origin for the cache's times.
 var fwdEpoch = time.Now()
 
@@ -77,14 +93,15 @@ type fwdShard struct {
 	_     [40]byte // keep shards' locks on separate cache lines
 }
 
-// fwdEntry is one cached reply; immutable once stored.
+// fwdEntry is one cached reply; immutable once stored but for prefetched.
 type fwdEntry struct {
 	fwdReply
-	stored   int64  // fwdNow when stored
-	gen      uint64 // the cache's generation when the query went to the chain
-	request  prometheus.Counter
-	response prometheus.Counter
-	result   prometheus.Counter
+	prefetched atomic.Int64 // fwdNow when a hit last sent a prefetch
+	stored     int64        // fwdNow when stored
+	gen        uint64       // the cache's generation when the query went to the chain
+	request    prometheus.Counter
+	response   prometheus.Counter
+	result     prometheus.Counter
 }
 
 // fwdReply is a parsed reply: the bytes and where its variable fields are.
@@ -105,6 +122,9 @@ type fwdPending struct {
 	qtype   uint16
 	flags   byte
 	request prometheus.Counter
+	// prefetch: the client had its answer from the cache; the reply only
+	// refreshes the entry and is not sent.
+	prefetch bool
 }
 
 // newForwardCache makes a cache of at most entries replies and bytes bytes
@@ -171,9 +191,7 @@ func (r *fwdReply) patch(out, q []byte, fq fastQuery, age int64) []byte {
 	if age < 0 {
 		age = 0
 	}
-	// Whole seconds rounded up: the chain's cache counts from when it
-	// stored the item, up to a second before this reply was taken.
-	aged := (age + int64(time.Second) - 1) / int64(time.Second)
+	aged := agedSeconds(age)
 	if aged >= int64(r.life) {
 		return nil
 	}
@@ -201,6 +219,34 @@ func (r *fwdReply) patch(out, q []byte, fq fastQuery, age int64) []byte {
 	return out
 }
 
+// agedSeconds is age (ns) in whole seconds rounded up: the chain's cache
+// counts from when it stored the item, up to a second before the reply was
+// taken.
+func agedSeconds(age int64) int64 {
+	return (max(age, 0) + int64(time.Second) - 1) / int64(time.Second)
+}
+
+// expires is fwdNow when e stops being served.
+func (e *fwdEntry) expires() int64 { return e.stored + int64(e.life)*int64(time.Second) }
+
+// prefetch reports whether the hit on e at now (fwdNow) should also send
+// its query through the chain to refresh e (see fwdPrefetchPercent). Only
+// one of the readers hitting e at once gets true.
+func (c *forwardCache) prefetch(e *fwdEntry, now int64) bool {
+	// The TTL the chain's cache item has left, as it counts it (whole
+	// seconds rounded down; the item was stored just before e), against
+	// the window in which it prefetches: ceil(20% of its TTL).
+	left := int64(e.life) - max(now-e.stored, 0)/int64(time.Second)
+	if left*100 > int64(e.life)*fwdPrefetchPercent+99 {
+		return false
+	}
+	last := e.prefetched.Load()
+	if last != 0 && now-last < fwdPrefetchEvery {
+		return false
+	}
+	return e.prefetched.CompareAndSwap(last, now)
+}
+
 // fill stores the chain's reply to the pending query p, when it may be
 // served again; now is fwdNow.
 func (c *forwardCache) fill(p *fwdPending, reply []byte, now int64, m *metrics) {
@@ -225,6 +271,12 @@ func (c *forwardCache) store(key string, e *fwdEntry) {
 	s := c.shard([]byte(key))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old := s.m[key]; old != nil && old.gen == e.gen && old.expires() > e.stored && e.expires() <= old.expires()+fwdRefreshMin {
+		// Live and not fresher: the chain answered a prefetch from the item
+		// the entry was filled from, or two misses raced. Keep the entry, and
+		// with it when it last prefetched.
+		return
+	}
 	if old := s.m[key]; old != nil {
 		s.bytes -= len(key) + len(old.msg) + 6*len(old.ttlOff) + 160
 		delete(s.m, key)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,20 +29,11 @@ type authUpstream struct {
 
 func startAuthUpstream(t testing.TB) *authUpstream {
 	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &authUpstream{addr: netip.MustParseAddrPort(pc.LocalAddr().String())}
-	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+	u := &authUpstream{}
+	u.addr = serveDNS(t, dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		u.queries.Add(1)
 		_ = w.WriteMsg(authAnswer(r))
-	})}
-	started := make(chan struct{})
-	srv.NotifyStartedFunc = func() { close(started) }
-	go func() { _ = srv.ActivateAndServe() }()
-	<-started
-	t.Cleanup(func() { _ = srv.Shutdown() })
+	}))
 	return u
 }
 
@@ -617,4 +609,63 @@ func FuzzForwardReply(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestForwardCachePrefetch: a name asked all the time stays in the cache
+// across its expiry. Hits in the last 20% of the entry's life send the
+// query through the chain as well, the chain's cache refreshes its item
+// from the upstream in the same window, and the refreshed reply replaces
+// the entry before it runs out: after the first query, no query takes the
+// chain. Each query is counted once, prefetched or not.
+func TestForwardCachePrefetch(t *testing.T) {
+	up := startAuthUpstream(t)
+	cfg := testConfig()
+	cfg.Network.UpstreamDNS = []netip.AddrPort{up.addr}
+	// 6 s: the least life whose window is 2 s (ceil(20% of 6)), so the
+	// prefetch has a second before the entry's last one.
+	const life = 6
+	s, addr := startServer(t, cfg, cluster.NewState(cfg), Options{CacheTTL: life})
+
+	c := &dns.Client{Timeout: 2 * time.Second}
+	// The first query fills the cache; its reply can reach the client
+	// before the entry is stored, so the second may miss too. From the
+	// tenth on, every query is a hit.
+	const warm = 10
+	sent, warmHits := 0, 0.0
+	var ttls []uint32
+	for end := time.Now().Add((life + 1) * time.Second); time.Now().Before(end); {
+		m := new(dns.Msg)
+		m.SetQuestion("quay.io.", dns.TypeA)
+		r, _, err := c.Exchange(m, addr)
+		sent++
+		if err != nil || r.Rcode != dns.RcodeSuccess || len(r.Answer) != 2 {
+			t.Fatalf("query %d: %v %v", sent, err, r)
+		}
+		ttls = append(ttls, r.Answer[0].Header().Ttl)
+		if sent == warm {
+			warmHits = counterValue(t, s.metrics.forwardHits)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	hits := counterValue(t, s.metrics.forwardHits)
+	prefetches := counterValue(t, s.metrics.forwardPrefetches)
+	t.Logf("%d queries: %.0f hits, %.0f of them prefetched; upstream asked %d times; TTLs %d … %d",
+		sent, hits, prefetches, up.queries.Load(), ttls[0], ttls[len(ttls)-1])
+	if misses := float64(sent-warm) - (hits - warmHits); misses > 0 {
+		t.Errorf("%.0f of the %d queries after the first %d took the chain; want none", misses, sent-warm, warm)
+	}
+	if prefetches < 1 || up.queries.Load() < 2 {
+		t.Errorf("%.0f prefetches, %d upstream queries: the entry was not refreshed from the upstream", prefetches, up.queries.Load())
+	}
+	// A prefetch is sent at most every 100 ms while the entry is in its
+	// window, and it ends as soon as a refreshed reply replaces the entry.
+	if prefetches > 2*10*(life*fwdPrefetchPercent/100+1) {
+		t.Errorf("%.0f prefetches: more than one per 100 ms in the window", prefetches)
+	}
+	if got := counterValue(t, s.metrics.request(false, dns.TypeA)); got != float64(sent) {
+		t.Errorf("requests counted %.0f, sent %d", got, sent)
+	}
+	if !slices.ContainsFunc(ttls[len(ttls)/2:], func(ttl uint32) bool { return ttl > 2 }) {
+		t.Errorf("TTLs after the first life %v: never refreshed", ttls[len(ttls)/2:])
+	}
 }

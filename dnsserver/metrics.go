@@ -22,15 +22,16 @@ type metrics struct {
 	responses    []prometheus.Counter // [rcode index]
 	duration     prometheus.Histogram
 
-	answers        *prometheus.CounterVec
-	answerBy       map[string]prometheus.Counter // answers resolved by result
-	upstreams      prometheus.Gauge
-	changes        prometheus.Counter
-	refusedClients prometheus.Counter
-	fastAnswers    prometheus.Counter
-	forwardHits    prometheus.Counter
-	members        prometheus.Gauge
-	mdnsSent       prometheus.Counter
+	answers           *prometheus.CounterVec
+	answerBy          map[string]prometheus.Counter // answers resolved by result
+	upstreams         prometheus.Gauge
+	changes           prometheus.Counter
+	refusedClients    prometheus.Counter
+	fastAnswers       prometheus.Counter
+	forwardHits       prometheus.Counter
+	forwardPrefetches prometheus.Counter
+	members           prometheus.Gauge
+	mdnsSent          prometheus.Counter
 
 	mdnsRefused      *prometheus.CounterVec
 	mdnsRefusedBy    map[string]prometheus.Counter
@@ -77,6 +78,10 @@ func newMetrics() *metrics {
 		forwardHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appliance_dns_forward_cache_hits_total",
 			Help: "Forwarded names answered by the fast path from its cache of the chain's replies; also counted in appliance_dns_fast_answers_total.",
+		}),
+		forwardPrefetches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "appliance_dns_forward_cache_prefetches_total",
+			Help: "Hits on a forward cache entry near its end that also sent the query through the chain to refresh it; the chain counts these queries, the hit does not.",
 		}),
 		members: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appliance_dns_mdns_members",
@@ -147,7 +152,7 @@ func (m *metrics) response(rcode int) prometheus.Counter {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.fastAnswers, m.forwardHits, m.members, m.mdnsSent,
+	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.fastAnswers, m.forwardHits, m.forwardPrefetches, m.members, m.mdnsSent,
 		m.mdnsRefused, m.mdnsSocketErrors, m.mdnsRebinds, m.mdnsMalformed}
 }
 

@@ -52,6 +52,28 @@ type fakeUpstream struct {
 
 func startUpstream(t *testing.T, answer string) *fakeUpstream {
 	t.Helper()
+	u := &fakeUpstream{answer: net.ParseIP(answer)}
+	u.addr = serveDNS(t, dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		u.queries.Add(1)
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		switch {
+		case strings.HasPrefix(q.Name, "nx."):
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA:
+			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: u.answer}}
+		}
+		_ = w.WriteMsg(m)
+	}))
+	return u
+}
+
+// serveDNS serves h over UDP and TCP on one free loopback port until the
+// test ends, as a real upstream does: CoreDNS's forward asks over TCP when
+// the query came over TCP, and so do its cache's prefetches.
+func serveDNS(t testing.TB, h dns.Handler) netip.AddrPort {
+	t.Helper()
 	var pc net.PacketConn
 	var ln net.Listener
 	for range 20 {
@@ -67,20 +89,6 @@ func startUpstream(t *testing.T, answer string) *fakeUpstream {
 	if ln == nil {
 		t.Fatal("no free port")
 	}
-	u := &fakeUpstream{addr: netip.MustParseAddrPort(pc.LocalAddr().String()), answer: net.ParseIP(answer)}
-	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
-		u.queries.Add(1)
-		m := new(dns.Msg)
-		m.SetReply(r)
-		q := r.Question[0]
-		switch {
-		case strings.HasPrefix(q.Name, "nx."):
-			m.Rcode = dns.RcodeNameError
-		case q.Qtype == dns.TypeA:
-			m.Answer = []dns.RR{&dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: u.answer}}
-		}
-		_ = w.WriteMsg(m)
-	})
 	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
 		started := make(chan struct{})
 		srv.NotifyStartedFunc = func() { close(started) }
@@ -88,7 +96,7 @@ func startUpstream(t *testing.T, answer string) *fakeUpstream {
 		<-started
 		t.Cleanup(func() { _ = srv.Shutdown() })
 	}
-	return u
+	return netip.MustParseAddrPort(pc.LocalAddr().String())
 }
 
 // startServer runs a Server on a free loopback port until the test ends.
