@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/net/ipv4"
 
 	"appliance/internal/apptest"
 	"appliance/internal/netlab/netlabtest"
@@ -222,17 +223,18 @@ func TestBenchDNS(t *testing.T) {
 	servers := []struct {
 		name  string
 		start func(port int) *exec.Cmd
+		echo  bool // answers with the query itself
 	}{
 		{"appliance", func(port int) *exec.Cmd {
 			cfg := filepath.Join(dir, "appliance.yaml")
 			writeFile(t, cfg, fmt.Sprintf("cluster: {name: ocp4, baseDomain: example.com}\nnetwork:\n  machineCIDR: 192.168.126.0/24\n  apiVIPs: [192.168.126.5]\n  ingressVIPs: [192.168.126.6]\n  upstreamDNS: [%q]\nnodes:\n%s", up.addr.String(), yamlNodes.String()))
 			return pinned(app, "dns", "--config", cfg, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--admin-listen", "127.0.0.1:0", "--log-level", "warn")
-		}},
+		}, false},
 		{"coredns (OpenShift Corefile)", func(port int) *exec.Cmd {
 			cf := filepath.Join(dir, "Corefile")
 			writeFile(t, cf, fmt.Sprintf(openShiftCorefile, netlabtest.FreeLoopbackAddr(t), up.addr.String(), hosts.String()))
 			return pinned(coredns, "-conf", cf, "-dns.port", strconv.Itoa(port), "-quiet")
-		}},
+		}, false},
 		{"dnsmasq", func(port int) *exec.Cmd {
 			args := []string{"--no-daemon", "--port", strconv.Itoa(port), "--listen-address=127.0.0.1", "--bind-interfaces",
 				"--no-resolv", "--no-hosts", "--pid-file=", "--user=root", "--cache-size=1000",
@@ -242,7 +244,14 @@ func TestBenchDNS(t *testing.T) {
 				"--address=/apps.ocp4.example.com/192.168.126.6",
 				"--host-record=api.ocp4.example.com,192.168.126.5", "--host-record=api-int.ocp4.example.com,192.168.126.5"}
 			return pinned("dnsmasq", append(args, dnsmasqArgs...)...)
-		}},
+		}, false},
+		// The floor: what the kernel's UDP paths and a Go program's batched
+		// reads and writes cost with no DNS work at all.
+		{"UDP reflector (no DNS work)", func(port int) *exec.Cmd {
+			cmd := pinned(os.Args[0])
+			cmd.Env = append(os.Environ(), reflectorEnv+"="+fmt.Sprintf("127.0.0.1:%d", port))
+			return cmd
+		}, true},
 	}
 	type running struct {
 		name string
@@ -265,7 +274,7 @@ func TestBenchDNS(t *testing.T) {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		waitDNS(t, addr)
+		waitDNS(t, addr, s.echo)
 		started = append(started, time.Now())
 		procs = append(procs, &running{name: s.name, port: port, cmd: cmd, runs: map[string][]benchRun{}})
 	}
@@ -394,14 +403,15 @@ func TestBenchCoreDNSHelper(t *testing.T) {
 	writeFile(t, corefile, fmt.Sprintf(openShiftCorefile, os.Getenv("DNS_BENCH_HEALTH"), os.Getenv("DNS_BENCH_UPSTREAM"), hosts.String()))
 }
 
-func waitDNS(t *testing.T, addr string) {
+// waitDNS waits until addr answers api (echo: answers at all).
+func waitDNS(t *testing.T, addr string, echo bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	c := &dns.Client{Timeout: 500 * time.Millisecond}
 	for {
 		m := new(dns.Msg)
 		m.SetQuestion("api.ocp4.example.com.", dns.TypeA)
-		if r, _, err := c.Exchange(m, addr); err == nil && len(r.Answer) == 1 {
+		if r, _, err := c.Exchange(m, addr); err == nil && (echo || len(r.Answer) == 1) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -533,4 +543,59 @@ func medianOf(rs []benchRun, f func(benchRun) float64) float64 {
 		return 0
 	}
 	return v[len(v)/2]
+}
+
+// reflectorEnv names the address the test binary, started again by
+// TestBenchDNS, serves as the UDP reflector instead of running tests.
+const reflectorEnv = "DNS_BENCH_REFLECT"
+
+func init() {
+	if addr := os.Getenv(reflectorEnv); addr != "" {
+		if err := reflectUDP(addr); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// reflectUDP sends every datagram back to its sender with the DNS header's
+// QR bit set, 32 at a time with golang.org/x/net's batch calls (recvmmsg,
+// sendmmsg): the bench's floor for a Go server, no parsing, no lookup.
+func reflectUDP(addr string) error {
+	c, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		return err
+	}
+	p := ipv4.NewPacketConn(c)
+	bufs := make([][]byte, 32)
+	ms := make([]ipv4.Message, len(bufs))
+	for i := range ms {
+		bufs[i] = make([]byte, 512)
+		ms[i].Buffers = [][]byte{bufs[i]}
+	}
+	out := make([][]byte, len(bufs))
+	for {
+		n, err := p.ReadBatch(ms, 0)
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if ms[i].N >= 3 {
+				bufs[i][2] |= 0x80
+			}
+			out[i] = bufs[i][:ms[i].N]
+			ms[i].Buffers[0] = out[i]
+		}
+		for sent := 0; sent < n; {
+			w, err := p.WriteBatch(ms[sent:n], 0)
+			if err != nil {
+				return err
+			}
+			sent += w
+		}
+		for i := range ms {
+			ms[i].Buffers[0] = bufs[i]
+		}
+	}
 }
