@@ -226,7 +226,8 @@ func agedSeconds(age int64) int64 {
 	return (max(age, 0) + int64(time.Second) - 1) / int64(time.Second)
 }
 
-// expires is fwdNow when e stops being served.
+// expires is fwdNow when e's life ends (it is served until a second
+// before: its age counts whole seconds rounded up).
 func (e *fwdEntry) expires() int64 { return e.stored + int64(e.life)*int64(time.Second) }
 
 // prefetch reports whether the hit on e at now (fwdNow) should also send
