@@ -19,7 +19,6 @@ import (
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
-	"github.com/mdlayher/arp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
@@ -684,6 +683,19 @@ func moveToBridge(t *testing.T, n *netlab.Node) {
 	}
 }
 
+// inNode wraps open so that its socket is opened inside n.
+func inNode[T any](n *netlab.Node, open func(iface string) (T, error)) func(string) (T, error) {
+	return func(iface string) (T, error) {
+		var c T
+		err := n.Do(func() error {
+			var err error
+			c, err = open(iface)
+			return err
+		})
+		return c, err
+	}
+}
+
 // runInNode runs a server with options o in node n until the test ends;
 // its sockets, re-opened or moved from Run's goroutine, belong in n too.
 func runInNode(t *testing.T, n *netlab.Node, o Options) *Server {
@@ -696,24 +708,8 @@ func runInNode(t *testing.T, n *netlab.Node, o Options) *Server {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	s.listen = func(iface string) (*net.UDPConn, error) {
-		var c *net.UDPConn
-		err := n.Do(func() error {
-			var err error
-			c, err = listen(iface)
-			return err
-		})
-		return c, err
-	}
-	s.dialARP = func(iface string) (*arp.Client, error) {
-		var c *arp.Client
-		err := n.Do(func() error {
-			var err error
-			c, err = dialARP(iface)
-			return err
-		})
-		return c, err
-	}
+	s.listen = inNode(n, listen)
+	s.dialARP = inNode(n, dialARP)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
