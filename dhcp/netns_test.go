@@ -677,9 +677,7 @@ func moveToBridge(t *testing.T, n *netlab.Node) {
 		{"ip", "addr", "add", "192.168.126.10/24", "dev", "br-ex"},
 		{"ip", "link", "set", "br-ex", "up"},
 	} {
-		if out, err := n.Run(context.Background(), c[0], c[1:]...); err != nil {
-			t.Fatalf("%v: %v\n%s", c, err, out)
-		}
+		netlabtest.Run(t, n, c[0], c[1:]...)
 	}
 }
 

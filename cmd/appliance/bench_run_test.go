@@ -106,7 +106,7 @@ func redirectAPI(t *testing.T, n *netlab.Node) {
 	if err := writeFileAt(f, rules); err != nil {
 		t.Fatal(err)
 	}
-	runIn(t, n, "nft", "-f", f)
+	netlabtest.Run(t, n, "nft", "-f", f)
 }
 
 // curlCheck is a keepalived check script the way OpenShift writes them.
@@ -612,7 +612,7 @@ func TestBenchRunStartup(t *testing.T) {
 			_ = p.Stop(5 * time.Second)
 		}
 		// Gone: no VIP left behind for the next start.
-		runIn(t, s.masters[0], "ip", "addr", "flush", "dev", "eth0", "to", labVIP.String()+"/32")
+		netlabtest.Run(t, s.masters[0], "ip", "addr", "flush", "dev", "eth0", "to", labVIP.String()+"/32")
 		time.Sleep(500 * time.Millisecond)
 	}
 	for i := range benchRunsOr(5) {

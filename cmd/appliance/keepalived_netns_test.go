@@ -121,7 +121,7 @@ func TestKeepalivedInteropV3(t *testing.T) {
 	waitHolder(t, lab.Nodes[1:], labVIP, 1, 5*time.Second, 500*time.Millisecond)
 	// The reverse: keepalived comes back as a lower-priority backup and must
 	// stay backup to the appliance master.
-	runIn(t, lab.Nodes[0], "ip", "addr", "del", vip, "dev", "eth0") // kill -9 left its VIP
+	netlabtest.Run(t, lab.Nodes[0], "ip", "addr", "del", vip, "dev", "eth0") // kill -9 left its VIP
 	ka.Priority = 50
 	procs["keepalived-backup"] = startKeepalived(t, lab.Nodes[0], ka)
 	waitHolder(t, lab.Nodes, labVIP, 1, 10*time.Second, 2*time.Second)
@@ -167,14 +167,4 @@ vrrp: {mode: keepalived-openshift, priority: 100}
 	waitHolder(t, lab.Nodes, labVIP, 1, 15*time.Second, 4*time.Second)
 	procs["appliance"].Signal(syscall.SIGTERM)
 	waitHolder(t, lab.Nodes, labVIP, 0, 5*time.Second, 500*time.Millisecond)
-}
-
-// runIn runs a command inside node and fails the test on error.
-func runIn(t *testing.T, n *netlab.Node, name string, args ...string) string {
-	t.Helper()
-	out, err := n.Run(context.Background(), name, args...)
-	if err != nil {
-		t.Fatalf("%s: %s %v: %v\n%s", n.Name, name, args, err, out)
-	}
-	return out
 }

@@ -85,7 +85,7 @@ func TestVIPDeletedFromUnderTheMasterIsRestored(t *testing.T) {
 	waitHolder(t, lab.Nodes, labVIP, 0, 10*time.Second, 500*time.Millisecond)
 
 	for round := range 3 {
-		runIn(t, lab.Nodes[0], "ip", "addr", "del", prefixOf(lab, labVIP), "dev", "eth0")
+		netlabtest.Run(t, lab.Nodes[0], "ip", "addr", "del", prefixOf(lab, labVIP), "dev", "eth0")
 		took := watchHolders(t, lab.Nodes, labVIP, 2*time.Second, "the VIP back on n0", heldBy(0, "eth0"))
 		t.Logf("round %d: VIP restored after %s", round, took.Round(time.Millisecond))
 	}
@@ -103,7 +103,7 @@ func TestVIPMasterLosingItsAddressHandsOver(t *testing.T) {
 
 	// Deleting the primary address also deletes the VIP, its secondary.
 	own := lab.Nodes[0].IPv4.String()
-	runIn(t, lab.Nodes[0], "ip", "addr", "del", own, "dev", "eth0")
+	netlabtest.Run(t, lab.Nodes[0], "ip", "addr", "del", own, "dev", "eth0")
 	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "n1 holding the VIP", heldBy(1, "eth0"))
 	t.Logf("n1 held the VIP %s after n0 lost its address", took.Round(time.Millisecond))
 	waitHolder(t, lab.Nodes, labVIP, 1, 2*time.Second, 500*time.Millisecond)
@@ -112,7 +112,7 @@ func TestVIPMasterLosingItsAddressHandsOver(t *testing.T) {
 	}
 
 	// The address is back: n0 rejoins and, with the higher priority, preempts.
-	runIn(t, lab.Nodes[0], "ip", "addr", "add", own, "dev", "eth0")
+	netlabtest.Run(t, lab.Nodes[0], "ip", "addr", "add", own, "dev", "eth0")
 	// Preemption: the new master installs the VIP before its advert makes
 	// the old one release it, so both hold it for that instant.
 	pollHolders(t, lab.Nodes, labVIP, 5*time.Second, "n0 holding the VIP again", true, heldBy(0, "eth0"))
@@ -142,11 +142,11 @@ vrrp: {advertInterval: 100ms}
 	holder := waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, 500*time.Millisecond)
 	n1 := lab.Nodes[holder]
 	own := n1.IPv4.String()
-	runIn(t, n1, "ip", "link", "add", "br-ex", "type", "bridge")
-	runIn(t, n1, "ip", "link", "set", "eth0", "master", "br-ex")
-	runIn(t, n1, "ip", "addr", "del", own, "dev", "eth0")
-	runIn(t, n1, "ip", "addr", "add", own, "dev", "br-ex")
-	runIn(t, n1, "ip", "link", "set", "br-ex", "up")
+	netlabtest.Run(t, n1, "ip", "link", "add", "br-ex", "type", "bridge")
+	netlabtest.Run(t, n1, "ip", "link", "set", "eth0", "master", "br-ex")
+	netlabtest.Run(t, n1, "ip", "addr", "del", own, "dev", "eth0")
+	netlabtest.Run(t, n1, "ip", "addr", "add", own, "dev", "br-ex")
+	netlabtest.Run(t, n1, "ip", "link", "set", "br-ex", "up")
 	// The mover has no address for a moment: the other node takes over.
 	other := 1 - holder
 	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "the other node holding the VIP", heldBy(other, "eth0"))
@@ -172,12 +172,12 @@ func TestVIPInterfaceDeletedAndRecreated(t *testing.T) {
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
 	own := n1.IPv4.String()
 	bridge := func() {
-		runIn(t, n1, "ip", "link", "add", "br-ex", "type", "bridge")
-		runIn(t, n1, "ip", "link", "set", "eth0", "master", "br-ex")
-		runIn(t, n1, "ip", "addr", "add", own, "dev", "br-ex")
-		runIn(t, n1, "ip", "link", "set", "br-ex", "up")
+		netlabtest.Run(t, n1, "ip", "link", "add", "br-ex", "type", "bridge")
+		netlabtest.Run(t, n1, "ip", "link", "set", "eth0", "master", "br-ex")
+		netlabtest.Run(t, n1, "ip", "addr", "add", own, "dev", "br-ex")
+		netlabtest.Run(t, n1, "ip", "link", "set", "br-ex", "up")
 	}
-	runIn(t, n1, "ip", "addr", "del", own, "dev", "eth0")
+	netlabtest.Run(t, n1, "ip", "addr", "del", own, "dev", "eth0")
 	bridge()
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
@@ -195,7 +195,7 @@ func TestVIPInterfaceDeletedAndRecreated(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	watchHolders(t, lab.Nodes, labVIP, time.Second, "n1 keeping the VIP on br-ex", heldBy(1, "br-ex"))
 
-	runIn(t, n1, "ip", "link", "del", "br-ex")
+	netlabtest.Run(t, n1, "ip", "link", "del", "br-ex")
 	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "n0 holding the VIP", heldBy(0, "eth0"))
 	t.Logf("n0 held the VIP %s after br-ex was deleted", took.Round(time.Millisecond))
 

@@ -484,7 +484,7 @@ func TestRunKill9AndRestart(t *testing.T) {
 	t.Logf("after the restart %s alone holds the VIP", rc.names[after])
 	// The restarted node's redirect is its own again: one table, rules
 	// present while its LB serves (the backends are up).
-	out := runIn(t, lab.Nodes[holder], "nft", "list", "tables")
+	out := netlabtest.Run(t, lab.Nodes[holder], "nft", "list", "tables")
 	if strings.Count(out, "table inet appliance_lb\n") != 1 {
 		t.Errorf("nftables tables on the restarted node:\n%s", out)
 	}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -37,14 +36,6 @@ nodes:
 		t.Fatal("no VIP instance for master-0")
 	}
 	vip := ins[0].VIP
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := n0.Run(context.Background(), args[0], args[1:]...)
-		if err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, out)
-		}
-		return out
-	}
 	var m *vrrp.VIPManager
 	if err := n0.Do(func() error {
 		h, err := netlink.NewHandle()
@@ -61,21 +52,21 @@ nodes:
 		t.Fatal(err)
 	}
 	node := n0.IPv4.String()
-	run("ip", "addr", "del", node, "dev", "eth0")
+	netlabtest.Run(t, n0, "ip", "addr", "del", node, "dev", "eth0")
 	// The instance puts its VIP back as soon as it sees it gone (or, on a
 	// move to br-ex, follows the node there first): before the node's
 	// address returns.
 	if err := n0.Do(func() error { return m.Add(vip) }); err != nil {
 		t.Fatal(err)
 	}
-	run("ip", "addr", "add", node, "dev", "eth0")
-	if out := run("ip", "-4", "route", "get", n1.IPv4.Addr().String()); !strings.Contains(out, "src "+n0.IPv4.Addr().String()+" ") {
+	netlabtest.Run(t, n0, "ip", "addr", "add", node, "dev", "eth0")
+	if out := netlabtest.Run(t, n0, "ip", "-4", "route", "get", n1.IPv4.Addr().String()); !strings.Contains(out, "src "+n0.IPv4.Addr().String()+" ") {
 		t.Errorf("with VIP %s installed before the node's address, the node's traffic leaves from: %s", vip, out)
 	}
 	if err := n0.Do(func() error { return m.Remove(vip) }); err != nil {
 		t.Fatal(err)
 	}
-	if out := run("ip", "-4", "addr", "show", "dev", "eth0"); !strings.Contains(out, "inet "+node+" ") {
+	if out := netlabtest.Run(t, n0, "ip", "-4", "addr", "show", "dev", "eth0"); !strings.Contains(out, "inet "+node+" ") {
 		t.Errorf("removing VIP %s took the node's address with it:\n%s", vip, out)
 	}
 }

@@ -80,3 +80,14 @@ func FreeLoopbackAddr(t testing.TB) string {
 	t.Fatal("netlab: no loopback port free for both UDP and TCP")
 	return ""
 }
+
+// Run runs a command inside node n and fails t when it fails, with its
+// output; it returns the output.
+func Run(t testing.TB, n *netlab.Node, name string, args ...string) string {
+	t.Helper()
+	out, err := n.Run(context.Background(), name, args...)
+	if err != nil {
+		t.Fatalf("%s: %s %v: %v\n%s", n.Name, name, args, err, out)
+	}
+	return out
+}
