@@ -1,8 +1,6 @@
 package main
 
 import (
-	"net/netip"
-
 	"github.com/spf13/cobra"
 
 	"appliance/internal/admin"
@@ -54,13 +52,7 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			opts.Redirect = cfg.LB.Redirect && !f.noRedirect
 			// IPv6 VIP traffic goes to this machine's own address (the
 			// kernel's IPv6 redirect would pick the VIP itself while held).
-			opts.Self = func(v6 bool) (netip.Addr, bool) {
-				local, err := cluster.LocalInterfaces()
-				if err != nil {
-					return netip.Addr{}, false
-				}
-				return cfg.MachineAddr(local, v6)
-			}
+			opts.Self = cfg.OwnAddr
 			listen := adminListen(cmd, f.adminListen, cfg)
 
 			reg := newRegistry()

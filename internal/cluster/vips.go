@@ -166,6 +166,17 @@ func (c *Config) MachineAddr(local []LocalInterface, v6 bool) (netip.Addr, bool)
 	return netip.Addr{}, false
 }
 
+// OwnAddr is MachineAddr of the interfaces as they are now: the address a
+// standalone LB (lb.Options.Self) sends VIP traffic to, read on every ask
+// so that it follows the address when it moves.
+func (c *Config) OwnAddr(v6 bool) (netip.Addr, bool) {
+	local, err := LocalInterfaces()
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return c.MachineAddr(local, v6)
+}
+
 // PickInterface returns the interface holding an address inside a machine
 // network, for when network.interface is not set. VIPs themselves do not
 // count: a stale VIP must not pick the interface.
