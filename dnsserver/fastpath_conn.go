@@ -104,8 +104,9 @@ func listenFast(srv *Server, listen string) (*fastListener, string, error) {
 // fastRecvBuffer is each fast-path socket's receive buffer. Queries that
 // arrive while the readers do not run (the machine stalls, a node's pods
 // start at once) wait in it and are answered late instead of dropped: the
-// default, net.core.rmem_default (208 KiB), held 256 of them; this, which
-// the kernel doubles to 8 MiB, some 10,000.
+// default, net.core.rmem_default (208 KiB), held 256 of them; this (8 MiB
+// as the kernel counts it, which doubles what is asked) holds all 3,000 of
+// TestDNSBurstWhileStopped's burst.
 const fastRecvBuffer = 4 << 20
 
 // setRecvBuffer sets fd's receive buffer to size, past net.core.rmem_max
