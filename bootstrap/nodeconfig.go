@@ -37,6 +37,10 @@ type nodeNetwork struct {
 	APIVIPs      []string `json:"apiVIPs,omitempty"`
 	IngressVIPs  []string `json:"ingressVIPs,omitempty"`
 	UpstreamDNS  []string `json:"upstreamDNS,omitempty"`
+	// Always written, so a node answers the pod networks the installer's
+	// machine validated, defaults included.
+	ClusterNetwork []string `json:"clusterNetwork"`
+	NodeIPHint     []string `json:"nodeIPHint"`
 }
 
 type nodeNode struct {
@@ -49,6 +53,7 @@ type nodeNode struct {
 type nodeVRRP struct {
 	Enabled          bool     `json:"enabled"`
 	Mode             string   `json:"mode"`
+	Transport        string   `json:"transport"`
 	Version          int      `json:"version"`
 	AdvertInterval   string   `json:"advertInterval"`
 	Preempt          bool     `json:"preempt"`
@@ -112,10 +117,14 @@ func NodeConfig(cfg *cluster.Config) ([]byte, error) {
 			APIVIPs:      strs(cfg.Network.APIVIPs),
 			IngressVIPs:  strs(cfg.Network.IngressVIPs),
 			UpstreamDNS:  strs(cfg.Network.UpstreamDNS),
+			// ClusterNetwork and NodeIPHint are never empty after Parse.
+			ClusterNetwork: strs(cfg.Network.ClusterNetworks),
+			NodeIPHint:     strs(cfg.Network.NodeIPHints),
 		},
 		VRRP: nodeVRRP{
 			Enabled:          v.Enabled,
 			Mode:             v.Mode,
+			Transport:        v.Transport,
 			Version:          v.Version,
 			AdvertInterval:   v.AdvertInterval.String(),
 			Preempt:          v.Preempt,

@@ -73,9 +73,9 @@ func TestNodeConfigCoversTheModel(t *testing.T) {
 	written := map[string][]string{
 		"Config":  {"Cluster", "Network", "Nodes", "VRRP", "DHCP", "LB", "DNS", "Admin", "Provision"},
 		"Cluster": {"Name", "BaseDomain"},
-		"Network": {"MachineCIDRs", "Interface", "Gateway", "APIVIPs", "IngressVIPs", "UpstreamDNS"},
+		"Network": {"MachineCIDRs", "Interface", "Gateway", "APIVIPs", "IngressVIPs", "UpstreamDNS", "ClusterNetworks", "NodeIPHints"},
 		"Node":    {"Name", "Role", "MAC", "IPs"},
-		"VRRP": {"Enabled", "IngressHealthURL", "Mode", "Version", "AdvertInterval", "Preempt", "PreemptDelay",
+		"VRRP": {"Enabled", "IngressHealthURL", "Mode", "Transport", "Version", "AdvertInterval", "Preempt", "PreemptDelay",
 			"APIVRID", "IngressVRID", "AuthPass", "UnicastPeers", "Priority"},
 		"DHCP":  {"Enabled", "LeaseTime", "LeaseFile", "Pool", "DNS", "NTP", "SearchDomains"},
 		"Range": {"Start", "End"},

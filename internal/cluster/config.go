@@ -37,6 +37,28 @@ const (
 	VRRPModeKeepalivedOpenShift = "keepalived-openshift"
 )
 
+// VRRP transports (vrrp.transport). vrrp.mode already names the protocol
+// dialect, which is independent of how adverts travel: OpenShift's own
+// keepalived runs unicast in the keepalived-openshift dialect.
+const (
+	// VRRPTransportUnicast sends adverts to the known members only and
+	// accepts them only from those: a stranger on the segment can neither
+	// take a VIP nor be told the cluster's priorities. The default, as
+	// OpenShift's keepalived (ENABLE_UNICAST) runs.
+	VRRPTransportUnicast = "unicast"
+	// VRRPTransportMulticast sends adverts to 224.0.0.18 / ff02::12 and
+	// hears every router on the segment.
+	VRRPTransportMulticast = "multicast"
+)
+
+// OpenShift's default pod networks, used as network.clusterNetwork when a
+// config gives none: the installer's default clusterNetwork, and the IPv6
+// one of its dual-stack and IPv6 examples.
+var (
+	DefaultClusterNetworkV4 = netip.MustParsePrefix("10.128.0.0/14")
+	DefaultClusterNetworkV6 = netip.MustParsePrefix("fd01::/48")
+)
+
 // Defaults applied by Parse.
 const (
 	// DefaultAdvertInterval is the native-mode VRRPv3 advertisement interval:
@@ -96,9 +118,21 @@ type Network struct {
 	// APIVIPs and IngressVIPs hold at most one address per family.
 	APIVIPs     []netip.Addr
 	IngressVIPs []netip.Addr
-	// UpstreamDNS lists resolvers to forward to; empty means the node's
-	// resolv.conf minus its own addresses (decided by the DNS service).
+	// UpstreamDNS lists resolvers to forward to, in the order they are
+	// tried; empty means the node's resolv.conf minus its own addresses
+	// (decided by the DNS service).
 	UpstreamDNS []netip.AddrPort
+	// ClusterNetworks are the pod networks (an install-config's
+	// networking.clusterNetwork): the DNS answers them, since the
+	// cluster's own DNS pods forward through the node. Never empty after
+	// Parse: OpenShift's defaults when not given.
+	ClusterNetworks []netip.Prefix
+	// NodeIPHints are the addresses written to
+	// /etc/default/nodeip-configuration, one per family: OpenShift's
+	// nodeip-configuration gives the kubelet the node's address on the
+	// interface whose network holds a hint. Never empty after Parse: each
+	// machine network's first address when not given.
+	NodeIPHints []netip.Addr
 }
 
 // PrefixFor returns the machine network that contains a, e.g. to give a VIP
@@ -129,6 +163,8 @@ type VRRP struct {
 	IngressHealthURL string
 	// Mode is VRRPModeNative or VRRPModeKeepalivedOpenShift.
 	Mode string
+	// Transport is VRRPTransportUnicast (default) or VRRPTransportMulticast.
+	Transport string
 	// Version is 2 or 3.
 	Version int
 	// AdvertInterval is whole seconds (1..255 s) for v2, or 10 ms steps
@@ -144,7 +180,8 @@ type VRRP struct {
 	// AuthPass is the VRRPv2 simple-auth password (at most 8 bytes); empty
 	// means no authentication. Use AuthPassFor, which knows compat mode.
 	AuthPass string
-	// UnicastPeers switches adverts from multicast to unicast when set.
+	// UnicastPeers are peers besides the configured nodes (unicast
+	// transport only): routers outside the config, e.g. keepalived nodes.
 	UnicastPeers []netip.Addr
 	// Priority overrides the role's default priority (1..254); 0 = default.
 	// Use PriorityFor.
@@ -223,17 +260,48 @@ func DefaultPriority(role Role, vip VIPKind) uint8 {
 	return 0
 }
 
+// CompatPriority is a role's base priority in keepalived-openshift mode, as
+// the Machine Config Operator's keepalived templates set them: the
+// bootstrap's API router 70 (manifests/on-prem/keepalived.conf.tmpl), a
+// master's API router 40, and every ingress router 20
+// (templates/{master,worker}/00-*/on-prem/files/keepalived-keepalived.yaml).
+// The tracked checks' weights come on top (internal/node). 0 means the role
+// does not take part.
+func CompatPriority(role Role, vip VIPKind) uint8 {
+	switch vip {
+	case VIPAPI:
+		switch role {
+		case RoleBootstrap:
+			return 70
+		case RoleMaster:
+			return 40
+		}
+	case VIPIngress:
+		if role == RoleMaster || role == RoleWorker {
+			return 20
+		}
+	}
+	return 0
+}
+
 // PriorityFor is the priority a node of role uses for kind: the configured
-// override when set, else DefaultPriority. A role that does not take part
-// (DefaultPriority 0) stays out even with an override, so one setting cannot
-// make a worker claim the API VIP.
+// override when set, else the mode's base (DefaultPriority, or
+// CompatPriority in keepalived-openshift mode). A role that does not take
+// part stays out even with an override, so one setting cannot make a worker
+// claim the API VIP.
 func (c *Config) PriorityFor(role Role, kind VIPKind) uint8 {
 	d := DefaultPriority(role, kind)
+	if c.VRRP.Mode == VRRPModeKeepalivedOpenShift {
+		d = CompatPriority(role, kind)
+	}
 	if d == 0 || c.VRRP.Priority == 0 {
 		return d
 	}
 	return uint8(c.VRRP.Priority)
 }
+
+// Unicast reports whether the virtual routers advertise by unicast.
+func (c *Config) Unicast() bool { return c.VRRP.Transport != VRRPTransportMulticast }
 
 // compatAuthLen is how much of a PASS password VRRPv2 carries.
 const compatAuthLen = 8

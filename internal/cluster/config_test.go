@@ -114,7 +114,7 @@ func TestParseBad(t *testing.T) {
 		{name: "typo apiVIP", muts: []mut{{"network.apiVIP", "192.168.126.5"}}, wantPath: "network.apiVIP", wantMsg: "did you mean apiVIPs?"},
 		{name: "wrong case", muts: []mut{{"network.ApiVIPs", []any{"192.168.126.7"}}}, wantPath: "network.ApiVIPs", wantMsg: "did you mean apiVIPs?"},
 		{name: "unknown node field", muts: []mut{{"nodes[0].ip", "192.168.126.9"}}, wantPath: "nodes[0].ip", wantMsg: "did you mean ips?"},
-		{name: "far-off field", muts: []mut{{"vrrp.xyzzyfoo", 1}}, wantPath: "vrrp.xyzzyfoo", wantMsg: "known fields: mode, version"},
+		{name: "far-off field", muts: []mut{{"vrrp.xyzzyfoo", 1}}, wantPath: "vrrp.xyzzyfoo", wantMsg: "known fields: mode, transport, version"},
 		{name: "section not mapping", muts: []mut{{"network", "192.168.126.0/24"}}, wantPath: "network", wantMsg: "want a mapping"},
 		{name: "list where scalar", muts: []mut{{"cluster.name", []any{"a"}}}, wantPath: "cluster.name", wantMsg: "want a single value, got a list"},
 		{name: "scalar where list", muts: []mut{{"network.apiVIPs", "192.168.126.5"}}, wantPath: "network.apiVIPs", wantMsg: "want a list"},
@@ -251,6 +251,25 @@ func TestParseBad(t *testing.T) {
 		{name: "dns allowFrom everyone", muts: []mut{{"dns.allowFrom", []any{"::/0"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "open resolver"},
 		{name: "dns allowFrom mapped", muts: []mut{{"dns.allowFrom", []any{"::ffff:10.0.0.0/104"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "write it as IPv4"},
 		{name: "dns allowFrom empty", muts: []mut{{"dns.allowFrom", []any{""}}}, wantPath: "dns.allowFrom[0]", wantMsg: "is empty"},
+		// network.clusterNetwork: the pods' networks, apart from the nodes'
+		{name: "clusterNetwork overlaps machine network", muts: []mut{{"network.clusterNetwork", []any{"192.168.0.0/16"}}}, wantPath: "network.clusterNetwork[0]", wantMsg: "holds network.apiVIPs[0] (192.168.126.5)"},
+		{name: "clusterNetwork inside machine network, no VIP", muts: []mut{{"network.clusterNetwork", []any{"192.168.126.128/25"}}}, wantPath: "network.clusterNetwork[0]", wantMsg: "overlaps the machine network 192.168.126.0/24"},
+		{name: "clusterNetwork default overlaps", muts: []mut{{"network.machineCIDRs", []any{"10.128.0.0/16", "fd00:126::/64"}}, {"network.apiVIPs", []any{"10.128.0.5"}}, {"network.ingressVIPs", nil}, {"network.gateway", nil}, {"nodes", nil}, {"network.upstreamDNS", nil}}, wantPath: "network.clusterNetwork", wantMsg: "OpenShift's default pod network 10.128.0.0/14 (no network.clusterNetwork given) holds network.apiVIPs[0] (10.128.0.5); pod networks and VIPs must be apart; set network.clusterNetwork"},
+		{name: "clusterNetwork twice", muts: []mut{{"network.clusterNetwork", []any{"10.128.0.0/14", "10.130.0.0/16"}}}, wantPath: "network.clusterNetwork[1]", wantMsg: "overlaps network.clusterNetwork[0] (10.128.0.0/14)"},
+		{name: "clusterNetwork not a CIDR", muts: []mut{{"network.clusterNetwork", []any{"pods"}}}, wantPath: "network.clusterNetwork[0]", wantMsg: `"pods" is not a CIDR`},
+		{name: "clusterNetwork host bits", muts: []mut{{"network.clusterNetwork", []any{"10.128.0.1/14"}}}, wantPath: "network.clusterNetwork[0]", wantMsg: "did you mean 10.128.0.0/14?"},
+		{name: "clusterNetwork everything", muts: []mut{{"network.clusterNetwork", []any{"0.0.0.0/0"}}}, wantPath: "network.clusterNetwork[0]", wantMsg: "covers every address"},
+		{name: "clusterNetwork not a list", muts: []mut{{"network.clusterNetwork", "10.128.0.0/14"}}, wantPath: "network.clusterNetwork", wantMsg: "want a list"},
+		// network.nodeIPHint: where OpenShift's nodeip-configuration looks
+		{name: "nodeIPHint outside", muts: []mut{{"network.nodeIPHint", []any{"10.0.0.1"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "10.0.0.1 is in no machine network (192.168.126.0/24, fd00:126::/64)"},
+		{name: "nodeIPHint a node's", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.10"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "node master-0's own address, which OpenShift's nodeip-configuration skips; give an address no node has, e.g. the network's own 192.168.126.0"},
+		{name: "nodeIPHint two of a family", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.0", "192.168.126.1"}}}, wantPath: "network.nodeIPHint[1]", wantMsg: "a second IPv4 hint"},
+		{name: "nodeIPHint not an address", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.0/24"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "without the /prefix"},
+		// vrrp.transport
+		{name: "transport unknown", muts: []mut{{"vrrp.transport", "broadcast"}}, wantPath: "vrrp.transport", wantMsg: `"broadcast" is not a transport (want unicast, the default, or multicast)`},
+		{name: "mode unicast", muts: []mut{{"vrrp.mode", "unicast"}}, wantPath: "vrrp.mode", wantMsg: "is a transport, not a mode; write vrrp.transport: unicast"},
+		{name: "mode unknown", muts: []mut{{"vrrp.mode", "fast"}}, wantPath: "vrrp.mode", wantMsg: `"fast" is not a mode`},
+		{name: "unicast peers on multicast", muts: []mut{{"vrrp.transport", "multicast"}, {"vrrp.unicastPeers", []any{"192.168.126.50"}}}, wantPath: "vrrp.unicastPeers[0]", wantMsg: "need vrrp.transport: unicast"},
 		{name: "dns allowFrom not a list", muts: []mut{{"dns.allowFrom", "10.128.0.0/14"}}, wantPath: "dns.allowFrom", wantMsg: "want a list"},
 
 		// admin
@@ -326,13 +345,17 @@ func TestParseGood(t *testing.T) {
 					APIVIPs:      []netip.Addr{netip.MustParseAddr("192.168.126.5"), netip.MustParseAddr("fd00:126::5")},
 					IngressVIPs:  []netip.Addr{netip.MustParseAddr("192.168.126.6"), netip.MustParseAddr("fd00:126::6")},
 					UpstreamDNS:  []netip.AddrPort{netip.MustParseAddrPort("192.168.126.1:53")},
+					// OpenShift's default pod networks, both families, and
+					// each machine network's first address as the hint.
+					ClusterNetworks: []netip.Prefix{DefaultClusterNetworkV4, DefaultClusterNetworkV6},
+					NodeIPHints:     []netip.Addr{netip.MustParseAddr("192.168.126.0"), netip.MustParseAddr("fd00:126::")},
 				},
 				Nodes: []Node{
 					{Name: "bootstrap", Role: RoleBootstrap, MAC: mac("52:54:00:7e:00:09"), IPs: []netip.Addr{netip.MustParseAddr("192.168.126.9")}},
 					{Name: "master-0", Role: RoleMaster, MAC: mac("52:54:00:7e:00:10"), IPs: []netip.Addr{netip.MustParseAddr("192.168.126.10"), netip.MustParseAddr("fd00:126::10")}},
 					{Name: "worker-0", Role: RoleWorker, MAC: mac("52:54:00:7e:00:20"), IPs: []netip.Addr{netip.MustParseAddr("192.168.126.20")}},
 				},
-				VRRP:  VRRP{Enabled: true, IngressHealthURL: DefaultIngressHealthURL, Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
+				VRRP:  VRRP{Enabled: true, IngressHealthURL: DefaultIngressHealthURL, Mode: VRRPModeNative, Transport: VRRPTransportUnicast, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
 				DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
 				LB:    LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true},
 				DNS:   DNS{Enabled: true},

@@ -65,7 +65,10 @@ type icDoc struct {
 		MachineNetwork []struct {
 			CIDR string `json:"cidr"`
 		} `json:"machineNetwork"`
-		MachineCIDR string `json:"machineCIDR"` // older installers
+		MachineCIDR    string `json:"machineCIDR"` // older installers
+		ClusterNetwork []struct {
+			CIDR string `json:"cidr"`
+		} `json:"clusterNetwork"`
 	} `json:"networking"`
 	ControlPlane struct {
 		Replicas *int64 `json:"replicas"`
@@ -151,6 +154,10 @@ func ParseInstallConfig(data []byte) (cfg *Config, err error) {
 	default:
 		raw.Network.MachineCIDRs = []string{icDefaultMachineNetwork}
 		m.machine = "networking.machineNetwork (the installer's default " + icDefaultMachineNetwork + ")"
+	}
+
+	for _, n := range doc.Networking.ClusterNetwork {
+		raw.Network.ClusterNetwork = append(raw.Network.ClusterNetwork, n.CIDR)
 	}
 
 	// The installer decodes with encoding/json, which matches names
@@ -529,6 +536,10 @@ func (m icPaths) translate(p string) string {
 			return m.machine
 		}
 		return m.machine + rest + ".cidr"
+	case strings.HasPrefix(p, "network.clusterNetwork["):
+		return "networking." + strings.TrimPrefix(p, "network.") + ".cidr"
+	case p == "network.clusterNetwork":
+		return "networking.clusterNetwork"
 	case strings.HasPrefix(p, "network.apiVIPs"):
 		return m.api.path(strings.TrimPrefix(p, "network.apiVIPs"))
 	case strings.HasPrefix(p, "network.ingressVIPs"):

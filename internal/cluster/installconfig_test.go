@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -27,6 +28,9 @@ func TestInstallConfigTestdata(t *testing.T) {
 			MachineCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.126.0/24")},
 			APIVIPs:      []netip.Addr{netip.MustParseAddr("192.168.126.5")},
 			IngressVIPs:  []netip.Addr{netip.MustParseAddr("192.168.126.6")},
+			// networking.clusterNetwork as the installer defaults it.
+			ClusterNetworks: []netip.Prefix{DefaultClusterNetworkV4},
+			NodeIPHints:     []netip.Addr{netip.MustParseAddr("192.168.126.0")},
 		},
 		Nodes: []Node{
 			{Name: "master-0", Role: RoleMaster, MAC: mac("52:54:00:7e:00:10"), IPs: []netip.Addr{netip.MustParseAddr("192.168.126.10")}},
@@ -35,7 +39,7 @@ func TestInstallConfigTestdata(t *testing.T) {
 			{Name: "worker-0", Role: RoleWorker, MAC: mac("52:54:00:7e:00:20")},
 			{Name: "worker-1", Role: RoleWorker, MAC: mac("52:54:00:7e:00:21")},
 		},
-		VRRP:  VRRP{Enabled: true, IngressHealthURL: DefaultIngressHealthURL, Mode: VRRPModeNative, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
+		VRRP:  VRRP{Enabled: true, IngressHealthURL: DefaultIngressHealthURL, Mode: VRRPModeNative, Transport: VRRPTransportUnicast, Version: 3, AdvertInterval: DefaultAdvertInterval, Preempt: true, APIVRID: 222, IngressVRID: 61},
 		DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
 		LB:    LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true},
 		DNS:   DNS{Enabled: true},
@@ -109,6 +113,25 @@ platform:
 			check: func(t *testing.T, c *Config) {
 				if len(c.Network.APIVIPs) != 2 || len(c.Network.MachineCIDRs) != 2 {
 					t.Errorf("network = %+v", c.Network)
+				}
+			},
+		},
+		{
+			name: "cluster network",
+			body: `networking:
+  machineNetwork:
+  - cidr: 192.168.10.0/24
+  clusterNetwork:
+  - cidr: 10.132.0.0/14
+    hostPrefix: 23
+platform:
+  baremetal:
+    apiVIPs: [192.168.10.5]
+    ingressVIPs: [192.168.10.6]
+`,
+			check: func(t *testing.T, c *Config) {
+				if want := []netip.Prefix{netip.MustParsePrefix("10.132.0.0/14")}; !slices.Equal(c.Network.ClusterNetworks, want) {
+					t.Errorf("clusterNetworks = %v, want %v", c.Network.ClusterNetworks, want)
 				}
 			},
 		},
@@ -197,6 +220,8 @@ func TestInstallConfigBad(t *testing.T) {
 		{"bad name", strings.Replace(icHeader, "name: lab", "name: Lab_1", 1) + "platform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "metadata.name", "not a DNS label"},
 		{"bad base domain", strings.Replace(icHeader, "baseDomain: example.com", "baseDomain: -bad", 1) + "platform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "baseDomain", "not a DNS name"},
 		{"bad machine network", icHeader + "networking:\n  machineNetwork: [{cidr: 10.0.0.1/16}]\nplatform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "networking.machineNetwork[0].cidr", "host bits"},
+		{"cluster network overlaps", icHeader + "networking:\n  clusterNetwork: [{cidr: 10.0.0.0/8, hostPrefix: 23}]\nplatform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "networking.clusterNetwork[0].cidr", "holds platform.baremetal.apiVIPs[0] (10.0.0.5)"},
+		{"bad cluster network", icHeader + "networking:\n  clusterNetwork: [{cidr: pods}]\nplatform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "networking.clusterNetwork[0].cidr", "not a CIDR"},
 		{"bad old machineCIDR", icHeader + "networking:\n  machineCIDR: nope\nplatform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "networking.machineCIDR", "not a CIDR"},
 		{"bad host mac", icHeader + "platform:\n  baremetal:\n    apiVIPs: [10.0.0.5]\n    hosts:\n    - {name: m0, role: master, bootMACAddress: 'zz'}\n", "platform.baremetal.hosts[0].bootMACAddress", "not a MAC address"},
 		{"duplicate host", icHeader + "platform:\n  baremetal:\n    apiVIPs: [10.0.0.5]\n    hosts:\n    - {name: m0, role: master}\n    - {name: m0, role: master}\n", "platform.baremetal.hosts[1].name", "used twice (also platform.baremetal.hosts[0])"},

@@ -129,6 +129,9 @@ type rawNetwork struct {
 	APIVIPs      []string `json:"apiVIPs"`
 	IngressVIPs  []string `json:"ingressVIPs"`
 	UpstreamDNS  []string `json:"upstreamDNS"`
+	// The pod networks the DNS answers, and the kubelet's node IP hint.
+	ClusterNetwork []string `json:"clusterNetwork"`
+	NodeIPHint     []string `json:"nodeIPHint"`
 }
 
 type rawNode struct {
@@ -140,6 +143,7 @@ type rawNode struct {
 
 type rawVRRP struct {
 	Mode           string   `json:"mode"`
+	Transport      string   `json:"transport"`
 	Version        int      `json:"version"`
 	AdvertInterval string   `json:"advertInterval"`
 	Preempt        *bool    `json:"preempt"`

@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -551,6 +552,9 @@ func (v *validator) networkRest(r *rawConfig, c *Config, vips map[netip.Addr]add
 		}
 	}
 
+	v.clusterNetworks(r, c, vips)
+	v.nodeIPHints(r, c)
+
 	seen := map[netip.AddrPort]string{}
 	for i, s := range r.Network.UpstreamDNS {
 		p := fmt.Sprintf("network.upstreamDNS[%d]", i)
@@ -563,6 +567,122 @@ func (v *validator) networkRest(r *rawConfig, c *Config, vips map[netip.Addr]add
 		default:
 			seen[ap] = p
 			c.Network.UpstreamDNS = append(c.Network.UpstreamDNS, ap)
+		}
+	}
+}
+
+// clusterNetworks reads network.clusterNetwork, the pods' networks, or
+// gives OpenShift's defaults. A pod network that overlaps a machine network
+// would make node addresses and pod addresses ambiguous to every router on
+// the way, so that is refused, naming both.
+func (v *validator) clusterNetworks(r *rawConfig, c *Config, vips map[netip.Addr]addrRef) {
+	type entry struct {
+		path string
+		pfx  netip.Prefix
+		dflt bool
+	}
+	var list []entry
+	for i, s := range r.Network.ClusterNetwork {
+		p := fmt.Sprintf("network.clusterNetwork[%d]", i)
+		pfx, err := netip.ParsePrefix(s)
+		switch {
+		case s == "":
+			v.add(p, "is empty (want the pods' network, e.g. 10.128.0.0/14)")
+		case err != nil:
+			v.add(p, "%q is not a CIDR (want e.g. 10.128.0.0/14 or fd01::/48)", s)
+		case pfx.Addr().Is4In6():
+			v.add(p, "%q is an IPv4-mapped IPv6 prefix; write it as IPv4", s)
+		case pfx != pfx.Masked():
+			v.add(p, "%q has host bits set (did you mean %s?)", s, pfx.Masked())
+		case pfx.Bits() == 0:
+			v.add(p, "%s covers every address; give the cluster's pod network itself", pfx)
+		default:
+			list = append(list, entry{path: p, pfx: pfx})
+		}
+	}
+	if len(r.Network.ClusterNetwork) == 0 && !v.isBad("network.clusterNetwork") {
+		list = append(list, entry{path: "network.clusterNetwork", pfx: DefaultClusterNetworkV4, dflt: true})
+		if c.hasIPv6() {
+			list = append(list, entry{path: "network.clusterNetwork", pfx: DefaultClusterNetworkV6, dflt: true})
+		}
+	}
+	var kept []entry
+	for _, e := range list {
+		what := e.pfx.String()
+		fix := ""
+		if e.dflt {
+			what = "OpenShift's default pod network " + what + " (no network.clusterNetwork given)"
+			fix = "; set network.clusterNetwork to the cluster's pod networks"
+		}
+		if i := slices.IndexFunc(kept, func(k entry) bool { return k.pfx.Overlaps(e.pfx) }); i >= 0 {
+			v.add(e.path, "%s overlaps %s (%s); give each pod network once", what, v.p(kept[i].path), kept[i].pfx)
+			continue
+		}
+		var inside []string
+		for _, a := range slices.SortedFunc(maps.Keys(vips), netip.Addr.Compare) {
+			if e.pfx.Contains(a) {
+				inside = append(inside, fmt.Sprintf("%s (%s)", v.p(vips[a].path), a))
+			}
+		}
+		if len(inside) > 0 {
+			v.add(e.path, "%s holds %s; pod networks and VIPs must be apart%s", what, strings.Join(inside, ", "), fix)
+			continue
+		}
+		if j := slices.IndexFunc(c.Network.MachineCIDRs, e.pfx.Overlaps); j >= 0 {
+			v.add(e.path, "%s overlaps the machine network %s; the pods' and the nodes' networks must be apart%s",
+				what, c.Network.MachineCIDRs[j], fix)
+			continue
+		}
+		kept = append(kept, e)
+		c.Network.ClusterNetworks = append(c.Network.ClusterNetworks, e.pfx)
+	}
+}
+
+// hasIPv6 reports whether the cluster uses IPv6 on its machine networks.
+func (c *Config) hasIPv6() bool {
+	return slices.ContainsFunc(c.Network.MachineCIDRs, func(p netip.Prefix) bool { return p.Addr().Is6() })
+}
+
+// nodeIPHints reads network.nodeIPHint, or takes each family's first machine
+// network's first address. OpenShift's nodeip-configuration (runtimecfg
+// node-ip) picks the address whose network holds a hint, and skips an
+// address equal to one, so a hint must lie in a machine network and must not
+// be a node's own address.
+func (v *validator) nodeIPHints(r *rawConfig, c *Config) {
+	family := map[bool]string{}
+	for i, s := range r.Network.NodeIPHint {
+		p := fmt.Sprintf("network.nodeIPHint[%d]", i)
+		a, ok := v.addr(p, s)
+		if !ok {
+			continue
+		}
+		pfx, in := c.Network.PrefixFor(a)
+		if !in {
+			if len(c.Network.MachineCIDRs) > 0 {
+				v.add(p, "%s is in no machine network (%s); the kubelet takes the address whose network holds the hint, so give an address inside the machine network, e.g. %s",
+					a, joinPrefixes(c.Network.MachineCIDRs), c.Network.MachineCIDRs[0].Masked().Addr())
+			}
+			continue
+		}
+		if n, taken := c.NodeByAddr(a); taken {
+			v.add(p, "%s is node %s's own address, which OpenShift's nodeip-configuration skips; give an address no node has, e.g. the network's own %s",
+				a, n.Name, pfx.Masked().Addr())
+			continue
+		}
+		if prev := family[a.Is4()]; prev != "" {
+			v.add(p, "a second %s hint (%s is %s too); give at most one per address family", family4(a), v.p(prev), family4(a))
+			continue
+		}
+		family[a.Is4()] = p
+		c.Network.NodeIPHints = append(c.Network.NodeIPHints, a)
+	}
+	if len(r.Network.NodeIPHint) > 0 {
+		return
+	}
+	for _, p := range c.Network.MachineCIDRs {
+		if family[p.Addr().Is4()] == "" {
+			family[p.Addr().Is4()] = "default"
+			c.Network.NodeIPHints = append(c.Network.NodeIPHints, p.Masked().Addr())
 		}
 	}
 }
@@ -625,9 +745,23 @@ func (v *validator) vrrp(r *rawConfig, c *Config, vips map[netip.Addr]addrRef) {
 		out.Mode = VRRPModeNative
 	case VRRPModeKeepalivedOpenShift:
 		out.Mode, compat = rv.Mode, true
+	case VRRPTransportUnicast, VRRPTransportMulticast:
+		v.add("vrrp.mode", "%q is a transport, not a mode; write vrrp.transport: %s (vrrp.mode is %s or %s)",
+			rv.Mode, rv.Mode, VRRPModeNative, VRRPModeKeepalivedOpenShift)
+		out.Mode = VRRPModeNative
 	default:
 		v.add("vrrp.mode", "%q is not a mode (want %s or %s)", rv.Mode, VRRPModeNative, VRRPModeKeepalivedOpenShift)
 		out.Mode = VRRPModeNative
+	}
+
+	switch rv.Transport {
+	case "", VRRPTransportUnicast:
+		out.Transport = VRRPTransportUnicast
+	case VRRPTransportMulticast:
+		out.Transport = VRRPTransportMulticast
+	default:
+		v.add("vrrp.transport", "%q is not a transport (want %s, the default, or %s)", rv.Transport, VRRPTransportUnicast, VRRPTransportMulticast)
+		out.Transport = VRRPTransportUnicast
 	}
 
 	switch {
@@ -699,6 +833,8 @@ func (v *validator) vrrp(r *rawConfig, c *Config, vips map[netip.Addr]addrRef) {
 		a, ok := v.addr(p, s)
 		switch {
 		case !ok:
+		case out.Transport == VRRPTransportMulticast:
+			v.add(p, "unicast peers need vrrp.transport: %s; remove unicastPeers or the multicast transport", VRRPTransportUnicast)
 		case seen[a] != "":
 			v.add(p, "%s is used twice (also %s)", a, v.p(seen[a]))
 		case vips[a].path != "":

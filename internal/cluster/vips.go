@@ -22,7 +22,12 @@ type VIPInstance struct {
 	AuthPass     string
 	Preempt      bool
 	PreemptDelay time.Duration
-	UnicastPeers []netip.Addr // of the VIP's family, without the node's own addresses
+	// Unicast says adverts go to UnicastPeers only (which may be empty
+	// until members are known) rather than to the multicast group.
+	Unicast bool
+	// UnicastPeers are the configured nodes taking part in this router and
+	// vrrp.unicastPeers, of the VIP's family, without self's own addresses.
+	UnicastPeers []netip.Addr
 }
 
 // VIPInstances lists the virtual routers self takes part in: the API VIPs on
@@ -61,14 +66,39 @@ func (c *Config) VIPInstances(self Node) []VIPInstance {
 			if in.Version == 2 {
 				in.AuthPass = c.AuthPassFor(kind)
 			}
-			for _, p := range c.VRRP.UnicastPeers {
-				if p.Is4() == vip.Is4() && !slices.Contains(self.IPs, p) {
-					in.UnicastPeers = append(in.UnicastPeers, p)
-				}
+			if c.Unicast() {
+				in.Unicast = true
+				in.UnicastPeers = c.UnicastPeersFor(kind, vip.Is6(), self.IPs)
 			}
 			out = append(out, in)
 		}
 	}
+	return out
+}
+
+// UnicastPeersFor lists the configured peers of kind's virtual router of a
+// family: every configured node whose role takes part in it, then
+// vrrp.unicastPeers, without the addresses in self, sorted. Members learned
+// later (Kubernetes Nodes, mDNS) are added by the caller as they come.
+func (c *Config) UnicastPeersFor(kind VIPKind, v6 bool, self []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	add := func(a netip.Addr) {
+		if a.Is6() == v6 && !slices.Contains(self, a) && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, n := range c.Nodes {
+		if c.PriorityFor(n.Role, kind) == 0 {
+			continue
+		}
+		for _, a := range n.IPs {
+			add(a)
+		}
+	}
+	for _, a := range c.VRRP.UnicastPeers {
+		add(a)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
 	return out
 }
 

@@ -79,6 +79,83 @@ func TestVIPInstances(t *testing.T) {
 	}
 }
 
+// Unicast is the default: each router's peers are the configured nodes whose
+// role takes part in it, of its family, without the node itself, plus the
+// extra vrrp.unicastPeers; multicast has none.
+func TestVIPInstancesUnicastPeers(t *testing.T) {
+	const doc = `
+cluster: {name: ocp4, baseDomain: example.com}
+network: {machineCIDRs: [192.168.126.0/24, "fd00:126::/64"], apiVIPs: [192.168.126.5, "fd00:126::5"], ingressVIPs: [192.168.126.6]}
+nodes:
+  - {name: bootstrap, role: bootstrap, ips: [192.168.126.9]}
+  - {name: master-0, role: master, ips: [192.168.126.10, "fd00:126::10"]}
+  - {name: master-1, role: master, ips: [192.168.126.11, "fd00:126::11"]}
+  - {name: worker-0, role: worker, ips: [192.168.126.20]}
+`
+	cfg := mustParseVIPs(t, doc)
+	if cfg.VRRP.Transport != VRRPTransportUnicast || !cfg.Unicast() {
+		t.Fatalf("transport %q: unicast is the default", cfg.VRRP.Transport)
+	}
+	peers := func(cfg *Config, node string) string {
+		self, _ := cfg.NodeByName(node)
+		var out []string
+		for _, in := range cfg.VIPInstances(self) {
+			if !in.Unicast {
+				out = append(out, in.Name+"=multicast")
+				continue
+			}
+			var ps []string
+			for _, p := range in.UnicastPeers {
+				ps = append(ps, p.String())
+			}
+			out = append(out, in.Name+"=["+strings.Join(ps, " ")+"]")
+		}
+		return strings.Join(out, " ")
+	}
+	for _, c := range []struct{ node, want string }{
+		{"bootstrap", "api-v4=[192.168.126.10 192.168.126.11] api-v6=[fd00:126::10 fd00:126::11]"},
+		{"master-0", "api-v4=[192.168.126.9 192.168.126.11] api-v6=[fd00:126::11] ingress-v4=[192.168.126.11 192.168.126.20]"},
+		{"worker-0", "ingress-v4=[192.168.126.10 192.168.126.11]"},
+	} {
+		if got := peers(cfg, c.node); got != c.want {
+			t.Errorf("%s: %s\n want %s", c.node, got, c.want)
+		}
+	}
+	extra := mustParseVIPs(t, doc+"vrrp: {unicastPeers: [192.168.126.50]}\n")
+	if got, want := peers(extra, "worker-0"), "ingress-v4=[192.168.126.10 192.168.126.11 192.168.126.50]"; got != want {
+		t.Errorf("with an extra peer: %s, want %s", got, want)
+	}
+	multi := mustParseVIPs(t, doc+"vrrp: {transport: multicast}\n")
+	if got, want := peers(multi, "master-1"), "api-v4=multicast api-v6=multicast ingress-v4=multicast"; got != want {
+		t.Errorf("multicast: %s, want %s", got, want)
+	}
+}
+
+// keepalived-openshift mode starts from the priorities of OpenShift's
+// keepalived templates (the tracks' weights are internal/node's); an
+// explicit vrrp.priority still wins, and a role outside a router stays out.
+func TestPriorityForModes(t *testing.T) {
+	native := mustParseVIPs(t, dualStack)
+	compat := mustParseVIPs(t, dualStack+"  mode: keepalived-openshift\n")
+	override := mustParseVIPs(t, dualStack+"  mode: keepalived-openshift\n  priority: 99\n")
+	for _, c := range []struct {
+		role                  Role
+		kind                  VIPKind
+		native, compat, overr uint8
+	}{
+		{RoleBootstrap, VIPAPI, 50, 70, 99},
+		{RoleMaster, VIPAPI, 40, 40, 99},
+		{RoleWorker, VIPAPI, 0, 0, 0},
+		{RoleBootstrap, VIPIngress, 0, 0, 0},
+		{RoleMaster, VIPIngress, 20, 20, 99},
+		{RoleWorker, VIPIngress, 40, 20, 99},
+	} {
+		if n, k, o := native.PriorityFor(c.role, c.kind), compat.PriorityFor(c.role, c.kind), override.PriorityFor(c.role, c.kind); n != c.native || k != c.compat || o != c.overr {
+			t.Errorf("%s %s: native %d compat %d override %d; want %d %d %d", c.role, c.kind, n, k, o, c.native, c.compat, c.overr)
+		}
+	}
+}
+
 func TestVIPInstancesCompatMode(t *testing.T) {
 	cfg := mustParseVIPs(t, `
 cluster: {name: ocp4, baseDomain: example.com}
