@@ -39,6 +39,10 @@ const (
 	// because neither file exists when the pod starts, and a file mount
 	// would never see them appear (nor a symlink's new target).
 	KubeletDir = "/var/lib/kubelet"
+	// KubeletManifestsDir is the kubelet's static pod folder. The pod
+	// mounts it read-only: `appliance run` refuses to start where OpenShift's
+	// own on-prem keepalived, haproxy or coredns pod is there too.
+	KubeletManifestsDir = "/etc/kubernetes/manifests"
 	// binaryPath is where the image keeps the binary (internal/imagebuild's
 	// BinaryPath; not imported, so the image builder stays out of the node
 	// binary).
@@ -189,6 +193,7 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 					{Name: "state", MountPath: StateDir},
 					{Name: "nm-run", MountPath: NMRunDir, ReadOnly: true},
 					{Name: "kubelet", MountPath: KubeletDir, ReadOnly: true},
+					{Name: "kubelet-manifests", MountPath: KubeletManifestsDir, ReadOnly: true},
 				},
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
@@ -200,6 +205,8 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 				{Name: "nm-run", VolumeSource: hostPath(NMRunDir, corev1.HostPathDirectoryOrCreate)},
 				// The kubelet's credentials, to list Nodes (KubeletDir).
 				{Name: "kubelet", VolumeSource: hostPath(KubeletDir, corev1.HostPathDirectoryOrCreate)},
+				// Where the kubelet found this very pod, so it exists.
+				{Name: "kubelet-manifests", VolumeSource: hostPath(KubeletManifestsDir, corev1.HostPathDirectory)},
 			},
 		},
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"appliance/internal/cluster"
+	"appliance/internal/preflight"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -20,9 +21,13 @@ func newConfigCmd() *cobra.Command {
 				return err
 			}
 			api, ingress := cfg.VRRP.APIVRID, cfg.VRRP.IngressVRID
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: cluster %s, %d node(s), API VIPs %v (VRID %d), ingress VIPs %v (VRID %d), VRRP %s v%d every %s\n",
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok: cluster %s, %d node(s), API VIPs %v (VRID %d), ingress VIPs %v (VRID %d), VRRP %s %s v%d every %s, pod networks %v\n",
 				args[0], cfg.Cluster.Domain(), len(cfg.Nodes), cfg.Network.APIVIPs, api,
-				cfg.Network.IngressVIPs, ingress, cfg.VRRP.Mode, cfg.VRRP.Version, cfg.VRRP.AdvertInterval)
+				cfg.Network.IngressVIPs, ingress, cfg.VRRP.Mode, cfg.VRRP.Transport, cfg.VRRP.Version, cfg.VRRP.AdvertInterval,
+				cfg.Network.ClusterNetworks)
+			if r := preflight.DecideOnPremStack(cfg); r.Status == preflight.StatusWarn {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", r.Message)
+			}
 			if p := cfg.Provision; p != nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "provision: %d VM(s) on %s, %d at once\n", len(cfg.Nodes), platformWhere(p), p.Parallel)
 			}

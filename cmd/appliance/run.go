@@ -30,6 +30,7 @@ type runFlags struct {
 	readyz      string
 	kubeconfig  string
 	dhcpLeases  string
+	manifests   string
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -76,14 +77,15 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 				reg = newRegistry()
 			}
 			n, err := node.New(node.Options{
-				Config:          cfg,
-				Host:            host.Options{Node: f.node, Interface: f.iface, Role: cluster.Role(f.role)},
-				AdminListen:     adminListen(cmd, f.adminListen, cfg),
-				Registry:        reg,
-				LB:              &lo,
-				DNS:             dnsserver.Options{Listen: f.dnsListen},
-				APIServerReadyz: f.readyz,
-				Kubeconfig:      kubenodes.Kubeconfig(f.kubeconfig),
+				Config:           cfg,
+				Host:             host.Options{Node: f.node, Interface: f.iface, Role: cluster.Role(f.role)},
+				AdminListen:      adminListen(cmd, f.adminListen, cfg),
+				Registry:         reg,
+				LB:               &lo,
+				DNS:              dnsserver.Options{Listen: f.dnsListen},
+				APIServerReadyz:  f.readyz,
+				Kubeconfig:       kubenodes.Kubeconfig(f.kubeconfig),
+				KubeletManifests: f.manifests,
 			}, log)
 			if err != nil {
 				return err
@@ -102,6 +104,7 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "watch the Kubernetes Nodes as members with this kubeconfig (default: the kubelet's, when present; it must be allowed to list and watch Nodes)")
 	fl.StringVar(&f.readyz, "bootstrap-readyz", node.DefaultAPIServerReadyz, "on the bootstrap node: its own apiserver's readiness, which its API VIP follows")
+	fl.StringVar(&f.manifests, "kubelet-manifests", node.DefaultKubeletManifests, "the kubelet's static pod folder: run refuses to start next to OpenShift's own keepalived, haproxy or coredns pod there (\"\" skips the check)")
 	fl.StringVar(&f.dhcpLeases, "dhcp-leases", cluster.DefaultDHCPLeaseFile, "lease file of the DHCP pool when dhcp.enabled (default dhcp.leaseFile)")
 	return cmd
 }

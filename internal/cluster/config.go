@@ -94,6 +94,39 @@ type Config struct {
 	Admin   Admin
 	// Provision is nil unless the file has a provision section.
 	Provision *Provision
+	// Origin is set when the model was read from an installer
+	// install-config.yaml; nil for an appliance.yaml. It is not part of
+	// appliance.yaml and is never written to a node.
+	Origin *InstallConfigOrigin
+}
+
+// InstallConfigOrigin is what an install-config says about the stack the
+// installer and the Machine Config Operator deploy besides the appliance.
+type InstallConfigOrigin struct {
+	// Platform is the install-config's platform key, lower case
+	// ("baremetal", "vsphere", ...).
+	Platform string
+	// UserManagedLB is platform.*.loadBalancer.type: UserManaged.
+	UserManagedLB bool
+}
+
+// OnPremStack lists the static pods OpenShift's Machine Config Operator puts
+// on every node of a cluster installed from this origin (an on-prem
+// platform with VIPs): CoreDNS whenever the platform has API VIPs, keepalived
+// and haproxy unless the load balancer is user-managed. Each would claim
+// what the appliance serves (port 53, the VIPs and their VRIDs, 9445). Empty
+// for an appliance.yaml and for platforms without VIPs.
+func (o *InstallConfigOrigin) OnPremStack() []string {
+	if o == nil {
+		return nil
+	}
+	if _, onPrem := icPlatforms[o.Platform]; !onPrem {
+		return nil
+	}
+	if o.UserManagedLB {
+		return []string{"coredns"}
+	}
+	return []string{"keepalived", "haproxy", "coredns"}
 }
 
 // Cluster names the cluster.

@@ -237,6 +237,10 @@ func ParseInstallConfig(data []byte) (cfg *Config, err error) {
 	if err := v.err(); err != nil {
 		return nil, err
 	}
+	cfg.Origin = &InstallConfigOrigin{Platform: name}
+	if s, ok := sec.(map[string]any); ok {
+		cfg.Origin.UserManagedLB = icUserManagedLB(s)
+	}
 	return cfg, nil
 }
 

@@ -44,6 +44,8 @@ func TestInstallConfigTestdata(t *testing.T) {
 		LB:    LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true},
 		DNS:   DNS{Enabled: true},
 		Admin: Admin{Listen: DefaultAdminListen},
+		// Where it came from: MCO deploys its own stack for this platform.
+		Origin: &InstallConfigOrigin{Platform: "baremetal"},
 	}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("got  %+v\nwant %+v", c, want)
@@ -201,6 +203,33 @@ platform:
 			}
 			tc.check(t, c)
 		})
+	}
+}
+
+// An install-config for an on-prem platform with VIPs makes the Machine
+// Config Operator put its own keepalived, haproxy and CoreDNS on the nodes;
+// with a user-managed load balancer, CoreDNS alone. appliance.yaml has none.
+func TestInstallConfigOnPremStack(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want string
+	}{
+		{"platform:\n  baremetal: {apiVIPs: [10.0.0.5]}\n", "keepalived haproxy coredns"},
+		{"platform:\n  vsphere: {apiVIPs: [10.0.0.5], loadBalancer: {type: OpenShiftManagedDefault}}\n", "keepalived haproxy coredns"},
+		{"platform:\n  openstack: {apiVIPs: [10.0.0.5], ingressVIPs: [10.0.0.7], loadBalancer: {type: UserManaged}}\n", "coredns"},
+		{"platform:\n  ovirt: {api_vips: [10.0.0.5]}\n", "keepalived haproxy coredns"},
+	} {
+		cfg, err := ParseInstallConfig([]byte(icHeader + c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.body, err)
+		}
+		if got := strings.Join(cfg.Origin.OnPremStack(), " "); got != c.want {
+			t.Errorf("%s: stack %q, want %q", c.body, got, c.want)
+		}
+	}
+	cfg := mustParseVIPs(t, dualStack)
+	if cfg.Origin != nil || cfg.Origin.OnPremStack() != nil {
+		t.Errorf("an appliance.yaml has no origin: %+v", cfg.Origin)
 	}
 }
 

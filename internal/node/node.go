@@ -47,6 +47,10 @@ type Options struct {
 	// nodes get DNS names, join the LB pool, become VRRP peers); see
 	// kubenodes.Kubeconfig for picking one.
 	Kubeconfig string
+	// KubeletManifests is the kubelet's static pod folder, checked for
+	// OpenShift's own on-prem stack before anything starts (see
+	// CheckOnPremStack); "" skips the check.
+	KubeletManifests string
 	// KubeServer replaces the kubeconfig's server on the control plane, so
 	// a node reads its members from its own apiserver, never through the VIP
 	// it serves; "" means kubenodes.DefaultLocalServer.
@@ -80,9 +84,6 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if view.Interface == "" {
-		return nil, fmt.Errorf("run: node %s: %s", view.Name, view.Problem)
-	}
 	self, ok := cfg.NodeByName(view.Name)
 	if !ok {
 		self = cluster.Node{Name: view.Name, Role: view.Role}
@@ -90,7 +91,16 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 	if self.Role == "" {
 		return nil, fmt.Errorf("run: node %s is not in nodes and has no role; add it to nodes or pass --role", view.Name)
 	}
-	n := &Node{cfg: cfg, view: view, self: self, plan: PlanFor(cfg, self.Role), state: cluster.NewState(cfg),
+	plan := PlanFor(cfg, self.Role)
+	// Before the interface: next to OpenShift's own stack the node must not
+	// run, wherever its address is.
+	if err := CheckOnPremStack(opts.KubeletManifests, plan); err != nil {
+		return nil, err
+	}
+	if view.Interface == "" {
+		return nil, fmt.Errorf("run: node %s: %s", view.Name, view.Problem)
+	}
+	n := &Node{cfg: cfg, view: view, self: self, plan: plan, state: cluster.NewState(cfg),
 		log: log.With("node", view.Name), reg: opts.Registry, admin: opts.AdminListen}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()

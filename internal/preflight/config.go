@@ -105,3 +105,30 @@ func DecidePlacement(cfg *cluster.Config) Result {
 	return pass(IDPlacement, "VIPs and %d nodes' addresses are host addresses in %s, API and ingress VIPs differ, names, MACs and addresses are unique, names are DNS labels; %s",
 		len(cfg.Nodes), strings.Join(nets, ", "), poolNote)
 }
+
+// IDOnPremStack is the check that OpenShift's own on-prem stack will not run
+// beside the appliance.
+const IDOnPremStack = "onprem-stack"
+
+// DecideOnPremStack warns when the config is an install-config whose platform
+// makes the Machine Config Operator put its own keepalived, haproxy and
+// CoreDNS static pods on the nodes (CoreDNS alone with a user-managed load
+// balancer): they would claim the VIPs, their VRIDs, 9445 and port 53 on the
+// very nodes the appliance runs on, and `appliance run` refuses to start
+// next to them. A warning, not a failure: render, provision and this very
+// preflight read such files for good reasons.
+func DecideOnPremStack(cfg *cluster.Config) Result {
+	stack := cfg.Origin.OnPremStack()
+	if len(stack) == 0 {
+		return pass(IDOnPremStack, "no OpenShift on-prem stack: the installer deploys no keepalived, haproxy or CoreDNS of its own for this config")
+	}
+	pods := make([]string, len(stack))
+	for i, s := range stack {
+		pods[i] = "/etc/kubernetes/manifests/" + s + ".yaml"
+	}
+	return warn(IDOnPremStack, "platform %s with VIPs: the Machine Config Operator puts its own %s on every node (%s), "+
+		"which claim what the appliance serves, so `appliance run` refuses to start beside them; "+
+		"install with platform none and an appliance.yaml (this file's name, domain, networks and VIPs carried over) "+
+		"to run the appliance instead (README: \"Next to OpenShift's on-prem stack\")",
+		cfg.Origin.Platform, strings.Join(stack, ", "), strings.Join(pods, ", ")).with(stack)
+}

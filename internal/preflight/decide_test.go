@@ -91,6 +91,25 @@ func TestDecidePlacement(t *testing.T) {
 	}
 }
 
+func TestDecideOnPremStack(t *testing.T) {
+	expect(t, DecideOnPremStack(testConfig(t, "")), IDOnPremStack, StatusPass, "no OpenShift on-prem stack")
+	ic := func(platform string) *cluster.Config {
+		cfg, err := cluster.ParseInstallConfig([]byte("apiVersion: v1\nmetadata: {name: ocp4}\nbaseDomain: example.com\n" +
+			"networking: {machineNetwork: [{cidr: 192.168.126.0/24}]}\nplatform:\n  " + platform + "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	expect(t, DecideOnPremStack(ic("baremetal: {apiVIPs: [192.168.126.5], ingressVIPs: [192.168.126.6]}")), IDOnPremStack, StatusWarn,
+		"platform baremetal", "keepalived, haproxy, coredns", "/etc/kubernetes/manifests/keepalived.yaml", "refuses to start", "platform none")
+	r := DecideOnPremStack(ic("vsphere: {apiVIPs: [192.168.126.5], ingressVIPs: [192.168.126.6], loadBalancer: {type: UserManaged}}"))
+	expect(t, r, IDOnPremStack, StatusWarn, "its own coredns on every node (/etc/kubernetes/manifests/coredns.yaml)")
+	if strings.Contains(r.Message, "keepalived") {
+		t.Errorf("a user-managed load balancer gets no keepalived: %s", r.Message)
+	}
+}
+
 func TestDecideVIP(t *testing.T) {
 	cfg := testConfig(t, "")
 	api, ing := a("192.168.126.5"), a("192.168.126.6")

@@ -80,7 +80,7 @@ func Run(ctx context.Context, path string, opts Options) []Result {
 	first := DecideConfig(path, cfg, err)
 	if err != nil {
 		out := []Result{first}
-		for _, id := range []string{IDPlacement, IDVIPFree, IDDHCP, IDVRRP, IDDNS, IDPort, IDMTU} {
+		for _, id := range []string{IDPlacement, IDOnPremStack, IDVIPFree, IDDHCP, IDVRRP, IDDNS, IDPort, IDMTU} {
 			out = append(out, skipped(id, "skipped: the config does not load (see check %s)", IDConfig))
 		}
 		return out
@@ -101,7 +101,7 @@ func RunConfig(ctx context.Context, cfg *cluster.Config, opts Options) []Result 
 	defer cancel()
 	log := opts.Log
 
-	out := []Result{DecidePlacement(cfg)}
+	out := []Result{DecidePlacement(cfg), DecideOnPremStack(cfg)}
 	local, lerr := cluster.LocalInterfaces()
 	ifi, ifErr := segmentInterface(cfg, local, lerr)
 	var self *cluster.Node
