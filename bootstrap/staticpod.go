@@ -205,8 +205,10 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 				{Name: "nm-run", VolumeSource: hostPath(NMRunDir, corev1.HostPathDirectoryOrCreate)},
 				// The kubelet's credentials, to list Nodes (KubeletDir).
 				{Name: "kubelet", VolumeSource: hostPath(KubeletDir, corev1.HostPathDirectoryOrCreate)},
-				// Where the kubelet found this very pod, so it exists.
-				{Name: "kubelet-manifests", VolumeSource: hostPath(KubeletManifestsDir, corev1.HostPathDirectory)},
+				// Where OpenShift's kubelet reads static pods; OrCreate
+				// for a kubelet configured with another folder, where
+				// an empty one is no conflict.
+				{Name: "kubelet-manifests", VolumeSource: hostPath(KubeletManifestsDir, corev1.HostPathDirectoryOrCreate)},
 			},
 		},
 	}
