@@ -32,10 +32,11 @@ import (
 // before "cache" so cluster answers are never cached: a member added to State
 // is answered by the very next query. "metrics" is this package's own request
 // metrics, served on the admin listener. "access" refuses clients outside
-// the machine networks before anything answers or forwards; it follows
-// "metrics" so refusals show in the response metrics. "upstream" is the
-// stock forwarder behind a pointer swapped when the upstreams change, so a
-// change needs no restart and no query or TCP connection in flight is lost.
+// the networks answered (loopback, machine, pod networks, dns.allowFrom)
+// before anything answers or forwards; it follows "metrics" so refusals
+// show in the response metrics. "upstream" is the stock forwarder behind a
+// pointer swapped when the upstreams change, so a change needs no restart
+// and no query or TCP connection in flight is lost.
 var directives = []string{"bind", "metrics", "access", "errors", "log", "bufsize", "cluster", "cache", "upstream"}
 
 var setupOnce = sync.OnceValue(func() error {

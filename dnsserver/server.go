@@ -457,10 +457,11 @@ type Status struct {
 	Zone      string           `json:"zone"`
 	Upstreams []netip.AddrPort `json:"upstreams"`
 	Serving   bool             `json:"serving"`
-	// Clients are the networks answered (loopback, the machine networks,
+	// Clients are the networks answered, each with where it comes from
+	// (loopback, the machine networks, the cluster's pod networks,
 	// dns.allowFrom); every other client is refused.
-	Clients []netip.Prefix `json:"clients"`
-	MDNS    *MDNSStatus    `json:"mdns,omitempty"`
+	Clients []ClientNet `json:"clients"`
+	MDNS    *MDNSStatus `json:"mdns,omitempty"`
 }
 
 // Status reports what the server does right now.
