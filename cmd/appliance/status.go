@@ -333,6 +333,7 @@ func (p *statusPrinter) dns(raw json.RawMessage) {
 		return
 	}
 	p.title("DNS")
+	// UPSTREAMS are tried in their order, the next only when one fails.
 	tw := p.table("ZONE", "LISTEN", "SERVING", "UPSTREAMS")
 	row(tw, st.Zone, st.Listen, yesNo(st.Serving), joinText(st.Upstreams))
 	tw.Flush()
