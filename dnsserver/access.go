@@ -2,6 +2,7 @@ package dnsserver
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/netip"
 
@@ -13,21 +14,59 @@ import (
 	"appliance/internal/cluster"
 )
 
+// Where a network the DNS answers comes from: loopback always, the others
+// from the config field of that name (the place to change it).
+const (
+	ClientSourceLoopback = "loopback"
+	ClientSourceMachine  = "network.machineCIDRs"
+	ClientSourceCluster  = "network.clusterNetwork"
+	ClientSourceAllow    = "dns.allowFrom"
+)
+
 // loopbackNets are always answered: the node itself, and a resolv.conf
 // that points at 127.0.0.1.
 var loopbackNets = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
-// clientNets is who the DNS answers: loopback, the machine networks and
-// dns.allowFrom. Everyone else is refused, so a node address is never an
-// open resolver (recursion for anyone, an amplifier) and the cluster's
-// names are not told to strangers.
-type clientNets []netip.Prefix
+// ClientNet is a network whose clients the DNS answers, and where it comes
+// from.
+type ClientNet struct {
+	Prefix netip.Prefix `json:"prefix"`
+	// Source is one of the ClientSource constants.
+	Source string `json:"source"`
+}
+
+// UnmarshalJSON also reads a bare prefix, as an appliance before sources
+// were shown wrote it, so `appliance status` still draws its table.
+func (c *ClientNet) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		*c = ClientNet{}
+		return json.Unmarshal(b, &c.Prefix)
+	}
+	type plain ClientNet
+	return json.Unmarshal(b, (*plain)(c))
+}
+
+// clientNets is who the DNS answers: loopback, the machine networks, the
+// cluster's pod networks and dns.allowFrom. The pods' own DNS (OpenShift's
+// dns-default) forwards every name outside cluster.local to the node's
+// resolv.conf, whose first nameserver is this server, from pod addresses
+// through the node's ovn-k8s-mp0. Everyone else is refused, so a node
+// address is never an open resolver (recursion for anyone, an amplifier)
+// and the cluster's names are not told to strangers.
+type clientNets []ClientNet
 
 func newClientNets(cfg *cluster.Config) clientNets {
-	n := make(clientNets, 0, len(loopbackNets)+len(cfg.Network.MachineCIDRs)+len(cfg.DNS.AllowFrom))
-	n = append(n, loopbackNets...)
-	n = append(n, cfg.Network.MachineCIDRs...)
-	return append(n, cfg.DNS.AllowFrom...)
+	var n clientNets
+	add := func(src string, ps []netip.Prefix) {
+		for _, p := range ps {
+			n = append(n, ClientNet{Prefix: p, Source: src})
+		}
+	}
+	add(ClientSourceLoopback, loopbackNets)
+	add(ClientSourceMachine, cfg.Network.MachineCIDRs)
+	add(ClientSourceCluster, cfg.Network.ClusterNetworks)
+	add(ClientSourceAllow, cfg.DNS.AllowFrom)
+	return n
 }
 
 // allows reports whether client a is answered. An IPv4 client on a
@@ -35,8 +74,8 @@ func newClientNets(cfg *cluster.Config) clientNets {
 // zone; both are judged by the bare address.
 func (n clientNets) allows(a netip.Addr) bool {
 	a = a.Unmap().WithZone("")
-	for _, p := range n {
-		if p.Contains(a) {
+	for i := range n {
+		if n[i].Prefix.Contains(a) {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package dnsserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/netip"
@@ -17,38 +18,64 @@ import (
 )
 
 func TestClientNets(t *testing.T) {
-	machine := []netip.Prefix{netip.MustParsePrefix("192.168.126.0/24"), netip.MustParsePrefix("fd00:126::/64")}
+	pfx := netip.MustParsePrefix
+	machine := []netip.Prefix{pfx("192.168.126.0/24"), pfx("fd00:126::/64")}
+	// The pod networks as Parse gives them: OpenShift's defaults, or the
+	// config's own.
+	pods := []netip.Prefix{cluster.DefaultClusterNetworkV4, cluster.DefaultClusterNetworkV6}
 	configs := map[string]*cluster.Config{
 		"machine": {Network: cluster.Network{MachineCIDRs: machine}},
-		"machine+pods": {Network: cluster.Network{MachineCIDRs: machine},
-			DNS: cluster.DNS{AllowFrom: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14"), netip.MustParsePrefix("fd01::/48")}}},
+		"pods":    {Network: cluster.Network{MachineCIDRs: machine, ClusterNetworks: pods}},
+		"pods132": {Network: cluster.Network{MachineCIDRs: machine, ClusterNetworks: []netip.Prefix{pfx("10.132.0.0/14")}}},
+		"allow": {Network: cluster.Network{MachineCIDRs: machine, ClusterNetworks: pods},
+			DNS: cluster.DNS{AllowFrom: []netip.Prefix{pfx("172.30.9.0/24"), pfx("2001:db8:9::/64")}}},
 		"none": {},
 	}
+	all := map[string]bool{"machine": true, "pods": true, "pods132": true, "allow": true, "none": true}
+	nodeNets := map[string]bool{"machine": true, "pods": true, "pods132": true, "allow": true}
+	podNets := map[string]bool{"pods": true, "allow": true}
 	for _, c := range []struct {
 		client string
 		want   map[string]bool // config → allowed
 	}{
-		{"127.0.0.1", map[string]bool{"machine": true, "machine+pods": true, "none": true}},
-		{"127.8.9.10", map[string]bool{"machine": true, "machine+pods": true, "none": true}},
-		{"::1", map[string]bool{"machine": true, "machine+pods": true, "none": true}},
-		{"::ffff:127.0.0.1", map[string]bool{"machine": true, "machine+pods": true, "none": true}},
-		{"192.168.126.11", map[string]bool{"machine": true, "machine+pods": true, "none": false}},
-		{"192.168.126.5", map[string]bool{"machine": true, "machine+pods": true, "none": false}},
+		{"127.0.0.1", all},
+		{"127.8.9.10", all},
+		{"::1", all},
+		{"::ffff:127.0.0.1", all},
+		{"192.168.126.11", nodeNets},
+		{"192.168.126.5", nodeNets},
 		// An IPv4 client on a dual-stack socket.
-		{"::ffff:192.168.126.11", map[string]bool{"machine": true, "machine+pods": true, "none": false}},
-		{"fd00:126::11", map[string]bool{"machine": true, "machine+pods": true, "none": false}},
-		{"fd00:126:0:1::11", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
-		{"192.168.127.11", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
-		{"10.129.2.7", map[string]bool{"machine": false, "machine+pods": true, "none": false}},
-		{"10.132.0.1", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
-		{"fd01::7", map[string]bool{"machine": false, "machine+pods": true, "none": false}},
-		{"8.8.8.8", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
-		{"2001:db8::1", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
+		{"::ffff:192.168.126.11", nodeNets},
+		{"fd00:126::11", nodeNets},
+		{"fd00:126:0:1::11", nil},
+		{"192.168.127.11", nil},
+		// Pods behind ovn-k8s-mp0: the default pod networks, both ends of
+		// them, and mapped.
+		{"10.128.0.5", podNets},
+		{"10.128.0.0", podNets},
+		{"10.131.255.255", podNets},
+		{"::ffff:10.129.2.7", podNets},
+		{"fd01::7", podNets},
+		{"fd01:0:0:ffff::1", podNets},
+		{"10.127.255.255", nil},
+		{"fd01:0:1::7", nil},
+		// A config's own pod network replaces the default.
+		{"10.132.0.5", map[string]bool{"pods132": true}},
+		{"::ffff:10.135.1.1", map[string]bool{"pods132": true}},
+		// dns.allowFrom.
+		{"172.30.9.7", map[string]bool{"allow": true}},
+		{"::ffff:172.30.9.7", map[string]bool{"allow": true}},
+		{"2001:db8:9::7", map[string]bool{"allow": true}},
+		{"172.30.10.7", nil},
+		// Strangers.
+		{"10.200.0.5", nil},
+		{"8.8.8.8", nil},
+		{"2001:db8::1", nil},
 		// Link-local is not the machine network, zone or not.
-		{"fe80::1%eth0", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
-		{"169.254.1.1", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
-		{"0.0.0.0", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
-		{"::", map[string]bool{"machine": false, "machine+pods": false, "none": false}},
+		{"fe80::1%eth0", nil},
+		{"169.254.1.1", nil},
+		{"0.0.0.0", nil},
+		{"::", nil},
 	} {
 		for name, cfg := range configs {
 			got := newClientNets(cfg).allows(netip.MustParseAddr(c.client))
@@ -58,13 +85,47 @@ func TestClientNets(t *testing.T) {
 		}
 	}
 	// A client whose address cannot be told is refused.
-	if newClientNets(configs["machine"]).allows(netip.Addr{}) {
+	if newClientNets(configs["allow"]).allows(netip.Addr{}) {
 		t.Error("the zero address is allowed")
 	}
 	// A zoned link-local client is allowed once its network is.
-	cfg := &cluster.Config{DNS: cluster.DNS{AllowFrom: []netip.Prefix{netip.MustParsePrefix("fe80::/10")}}}
+	cfg := &cluster.Config{DNS: cluster.DNS{AllowFrom: []netip.Prefix{pfx("fe80::/10")}}}
 	if !newClientNets(cfg).allows(netip.MustParseAddr("fe80::1%eth0")) {
 		t.Errorf("%s refused with allowFrom fe80::/10", "fe80::1%eth0")
+	}
+
+	// Each network says where it comes from, in this order.
+	want := clientNets{
+		{pfx("127.0.0.0/8"), ClientSourceLoopback}, {pfx("::1/128"), ClientSourceLoopback},
+		{pfx("192.168.126.0/24"), ClientSourceMachine}, {pfx("fd00:126::/64"), ClientSourceMachine},
+		{pfx("10.128.0.0/14"), ClientSourceCluster}, {pfx("fd01::/48"), ClientSourceCluster},
+		{pfx("172.30.9.0/24"), ClientSourceAllow}, {pfx("2001:db8:9::/64"), ClientSourceAllow},
+	}
+	if got := newClientNets(configs["allow"]); !slices.Equal(got, want) {
+		t.Errorf("client networks\n%v\nwant\n%v", got, want)
+	}
+}
+
+// TestClientNetJSON: /status lists each network with its source, and a
+// bare prefix (an older appliance's /status) still reads.
+func TestClientNetJSON(t *testing.T) {
+	b, err := json.Marshal([]ClientNet{{netip.MustParsePrefix("10.128.0.0/14"), ClientSourceCluster}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `[{"prefix":"10.128.0.0/14","source":"network.clusterNetwork"}]`; string(b) != want {
+		t.Errorf("JSON %s, want %s", b, want)
+	}
+	var got []ClientNet
+	if err := json.Unmarshal([]byte(`["127.0.0.0/8",{"prefix":"10.128.0.0/14","source":"network.clusterNetwork"}]`), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []ClientNet{{Prefix: netip.MustParsePrefix("127.0.0.0/8")}, {netip.MustParsePrefix("10.128.0.0/14"), ClientSourceCluster}}
+	if !slices.Equal(got, want) {
+		t.Errorf("read %v, want %v", got, want)
+	}
+	if err := json.Unmarshal([]byte(`["10.128.0.0"]`), &got); err == nil {
+		t.Error("a prefix without length read without error")
 	}
 }
 
@@ -176,8 +237,8 @@ func TestAccessHandler(t *testing.T) {
 
 func BenchmarkAccess(b *testing.B) {
 	cfg := &cluster.Config{
-		Network: cluster.Network{MachineCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.126.0/24"), netip.MustParsePrefix("fd00:126::/64")}},
-		DNS:     cluster.DNS{AllowFrom: []netip.Prefix{netip.MustParsePrefix("10.128.0.0/14")}},
+		Network: cluster.Network{MachineCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.126.0/24"), netip.MustParsePrefix("fd00:126::/64")},
+			ClusterNetworks: []netip.Prefix{cluster.DefaultClusterNetworkV4}},
 	}
 	q := new(dns.Msg)
 	q.SetQuestion("api.ocp4.example.com.", dns.TypeA)
@@ -187,7 +248,7 @@ func BenchmarkAccess(b *testing.B) {
 	}{
 		{"allowed-loopback", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}},
 		{"allowed-machine", &net.UDPAddr{IP: net.IPv4(192, 168, 126, 11), Port: 40000}},
-		{"allowed-last", &net.UDPAddr{IP: net.IPv4(10, 129, 0, 7), Port: 40000}},
+		{"allowed-pod", &net.UDPAddr{IP: net.IPv4(10, 129, 0, 7), Port: 40000}},
 		{"refused", &net.UDPAddr{IP: net.IPv4(10, 99, 0, 2), Port: 40000}},
 	} {
 		b.Run(c.name, func(b *testing.B) {

@@ -15,8 +15,6 @@ import (
 	coredns "github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	"github.com/coredns/coredns/plugin/forward"
-	"github.com/coredns/coredns/plugin/pkg/proxy"
-	"github.com/coredns/coredns/plugin/pkg/transport"
 	"github.com/miekg/dns"
 
 	// The stock plugins the generated Corefile uses, imported one by one:
@@ -32,9 +30,10 @@ import (
 // before "cache" so cluster answers are never cached: a member added to State
 // is answered by the very next query. "metrics" is this package's own request
 // metrics, served on the admin listener. "access" refuses clients outside
-// the machine networks before anything answers or forwards; it follows
-// "metrics" so refusals show in the response metrics. "upstream" is the
-// stock forwarder behind a pointer swapped when the upstreams change, so a
+// the networks answered (loopback, machine, pod networks, dns.allowFrom)
+// before anything answers or forwards; it follows "metrics" so refusals
+// show in the response metrics. "upstream" is the stock forwarder (policy
+// sequential) behind a pointer swapped when the upstreams change, so a
 // change needs no restart and no query or TCP connection in flight is lost.
 var directives = []string{"bind", "metrics", "access", "errors", "log", "bufsize", "cluster", "cache", "upstream"}
 
@@ -162,13 +161,57 @@ func (u upstreamHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 	return f.ServeDNS(ctx, w, r)
 }
 
-// newForwarder builds the stock forwarder for ups, health checks running.
-func newForwarder(ups []netip.AddrPort) *forward.Forward {
-	f := forward.New()
-	for _, u := range ups {
-		f.SetProxy(proxy.NewProxy("forward", u.String(), transport.DNS))
+// maxUpstreams is the most resolvers CoreDNS's forward takes in one stanza.
+const maxUpstreams = 15
+
+// newForwarder builds the stock forwarder for ups, tried in their order:
+// the next one only when the one before fails or is down, as OpenShift's
+// CoreDNS forwards (policy sequential), so a site whose first resolver is
+// the authoritative split-horizon one gets its answers every time. The
+// policy is unexported in the forward plugin, so the forwarder is built by
+// the plugin's own setup from a one-stanza Corefile; everything else (health
+// checks every 0.5 s after a failure, a proxy down after 2 failed checks
+// skipped, recovery, connection reuse) is the stock plugin's. The caller
+// runs OnShutdown when it retires it.
+func newForwarder(ups []netip.AddrPort) (*forward.Forward, error) {
+	if len(ups) == 0 {
+		return nil, errors.New("dns: no upstream resolver given")
 	}
-	return f
+	if len(ups) > maxUpstreams {
+		return nil, fmt.Errorf("dns: %d upstream resolvers; CoreDNS's forward takes at most %d", len(ups), maxUpstreams)
+	}
+	setup, err := caddy.DirectiveAction("dns", "forward")
+	if err != nil {
+		return nil, fmt.Errorf("dns: forward plugin: %w", err)
+	}
+	var b strings.Builder
+	b.WriteString("forward .")
+	for _, u := range ups {
+		if !u.IsValid() || u.Addr().Zone() != "" {
+			return nil, fmt.Errorf("dns: upstream %v cannot be forwarded to", u)
+		}
+		b.WriteString(" " + u.String())
+	}
+	b.WriteString(" {\n\tpolicy sequential\n}\n")
+	c := caddy.NewTestController("dns", b.String())
+	if err := setup(c); err != nil {
+		return nil, fmt.Errorf("dns: forward to %v: %w", ups, err)
+	}
+	chain := coredns.GetConfig(c).Plugin
+	if len(chain) != 1 {
+		return nil, fmt.Errorf("dns: forward setup added %d handlers, want 1", len(chain))
+	}
+	h := chain[0](nil)
+	f, ok := h.(*forward.Forward)
+	if !ok {
+		return nil, fmt.Errorf("dns: forward setup added a %T", h)
+	}
+	// The setup's own OnStartup callbacks belong to the throwaway
+	// controller: start the health checks here.
+	if err := f.OnStartup(); err != nil {
+		return nil, fmt.Errorf("dns: start forwarding to %v: %w", ups, err)
+	}
+	return f, nil
 }
 
 // setupMetrics parses "metrics { instance ID }": request, response and

@@ -133,6 +133,9 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, log *slog.Logg
 	if cfg.Cluster.Name == "" || cfg.Cluster.BaseDomain == "" {
 		return nil, errors.New("dns: cluster.name and cluster.baseDomain are required for the cluster zone")
 	}
+	if n := len(cfg.Network.UpstreamDNS); n > maxUpstreams {
+		return nil, fmt.Errorf("dns: network.upstreamDNS lists %d resolvers; CoreDNS's forward takes at most %d, keep the first %d", n, maxUpstreams, maxUpstreams)
+	}
 	if err := setupOnce(); err != nil {
 		return nil, err
 	}
@@ -326,11 +329,19 @@ func (s *Server) startOn(ups []netip.AddrPort) error {
 		}
 		return err
 	}
-	s.swapUpstreams(ups)
+	if err := s.swapUpstreams(ups); err != nil {
+		if fast != nil {
+			fast.close()
+		}
+		return err
+	}
 	inst, err := caddy.Start(in)
 	if err != nil {
 		if fast != nil {
 			fast.close()
+		}
+		if f := s.fwd.Swap(nil); f != nil {
+			_ = f.OnShutdown()
 		}
 		return fmt.Errorf("dns: start on %s: %w", listen, err)
 	}
@@ -338,6 +349,9 @@ func (s *Server) startOn(ups []netip.AddrPort) error {
 		if err := s.serveFast(fast); err != nil {
 			fast.close()
 			_ = errors.Join(append(inst.ShutdownCallbacks(), inst.Stop())...)
+			if f := s.fwd.Swap(nil); f != nil {
+				_ = f.OnShutdown()
+			}
 			return err
 		}
 	}
@@ -361,30 +375,30 @@ func (s *Server) startOn(ups []netip.AddrPort) error {
 // connections for the queries still in flight through it.
 const forwarderGrace = 10 * time.Second
 
-// SetUpstreams switches forwarding to ups at once. The running server is not
-// restarted: the next query uses the new forwarder, queries in flight finish
-// on the old one, and the cache is kept.
+// SetUpstreams switches forwarding to ups at once, tried in that order. The
+// running server is not restarted: the next query uses the new forwarder,
+// queries in flight finish on the old one, and the cache is kept.
 func (s *Server) SetUpstreams(ups []netip.AddrPort) error {
-	if len(ups) == 0 {
-		return errors.New("dns: no upstream resolver given")
+	if err := s.swapUpstreams(ups); err != nil {
+		return err
 	}
-	for _, u := range ups {
-		if !u.IsValid() || u.Addr().Zone() != "" {
-			return fmt.Errorf("dns: upstream %v cannot be forwarded to", u)
-		}
-	}
-	s.swapUpstreams(ups)
 	s.metrics.changes.Inc()
 	s.log.Info("upstreams changed", "upstreams", ups)
 	return nil
 }
 
-func (s *Server) swapUpstreams(ups []netip.AddrPort) {
+// swapUpstreams puts a forwarder for ups in place; on error the current one
+// stays.
+func (s *Server) swapUpstreams(ups []netip.AddrPort) error {
+	f, err := newForwarder(ups)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	s.upstreams = slices.Clone(ups)
 	s.mu.Unlock()
 	s.metrics.upstreams.Set(float64(len(ups)))
-	old := s.fwd.Swap(newForwarder(ups))
+	old := s.fwd.Swap(f)
 	// Forwarded replies of the old upstreams are not served from the fast
 	// path's cache once the new ones are in place (a fill still in flight
 	// is of the old generation and dropped). CoreDNS's cache keeps its
@@ -408,6 +422,7 @@ func (s *Server) swapUpstreams(ups []netip.AddrPort) {
 			}
 		})
 	}
+	return nil
 }
 
 // serveFast starts the fast path once CoreDNS serves UDP (caddy starts it
@@ -453,14 +468,17 @@ func (s *Server) stop() {
 
 // Status is the DNS service's part of the admin /status document.
 type Status struct {
-	Listen    string           `json:"listen"`
-	Zone      string           `json:"zone"`
+	Listen string `json:"listen"`
+	Zone   string `json:"zone"`
+	// Upstreams are tried in this order, the next only when the one
+	// before fails or is down.
 	Upstreams []netip.AddrPort `json:"upstreams"`
 	Serving   bool             `json:"serving"`
-	// Clients are the networks answered (loopback, the machine networks,
+	// Clients are the networks answered, each with where it comes from
+	// (loopback, the machine networks, the cluster's pod networks,
 	// dns.allowFrom); every other client is refused.
-	Clients []netip.Prefix `json:"clients"`
-	MDNS    *MDNSStatus    `json:"mdns,omitempty"`
+	Clients []ClientNet `json:"clients"`
+	MDNS    *MDNSStatus `json:"mdns,omitempty"`
 }
 
 // Status reports what the server does right now.

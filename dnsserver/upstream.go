@@ -44,7 +44,8 @@ func parseResolvConf(data []byte) []netip.Addr {
 }
 
 // selectUpstreams drops loopback, unspecified and the node's own addresses
-// from nameservers (forwarding to ourselves would loop) and adds port 53.
+// from nameservers (forwarding to ourselves would loop) and adds port 53,
+// keeping resolv.conf's order: the forwarder tries them in it.
 // Link-local addresses with a zone are dropped too: the forwarder cannot
 // address them. path only serves the error message.
 func selectUpstreams(nameservers, own []netip.Addr, path string) ([]netip.AddrPort, error) {
@@ -56,7 +57,9 @@ func selectUpstreams(nameservers, own []netip.Addr, path string) ([]netip.AddrPo
 			continue
 		}
 		ap := netip.AddrPortFrom(a, 53)
-		if !slices.Contains(out, ap) {
+		if !slices.Contains(out, ap) && len(out) < maxUpstreams {
+			// Beyond the forwarder's 15 the rest is never reached
+			// anyway (libc itself reads only the first 3).
 			out = append(out, ap)
 		}
 	}

@@ -333,10 +333,17 @@ func (p *statusPrinter) dns(raw json.RawMessage) {
 		return
 	}
 	p.title("DNS")
-	// CLIENTS are the networks answered; every other client is refused.
-	tw := p.table("ZONE", "LISTEN", "SERVING", "UPSTREAMS", "CLIENTS")
-	row(tw, st.Zone, st.Listen, yesNo(st.Serving), joinText(st.Upstreams), joinText(st.Clients))
+	// UPSTREAMS are tried in their order, the next only when one fails.
+	tw := p.table("ZONE", "LISTEN", "SERVING", "UPSTREAMS")
+	row(tw, st.Zone, st.Listen, yesNo(st.Serving), joinText(st.Upstreams))
 	tw.Flush()
+	p.title("DNS CLIENTS")
+	tw = p.table("ANSWERED", "FROM")
+	for _, c := range st.Clients {
+		row(tw, c.Prefix.String(), c.Source)
+	}
+	tw.Flush()
+	p.out.WriteString("other clients: REFUSED\n")
 	m := st.MDNS
 	if m == nil {
 		return
