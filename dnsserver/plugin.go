@@ -162,7 +162,7 @@ func (u upstreamHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *
 }
 
 // maxUpstreams is the most resolvers CoreDNS's forward takes in one stanza.
-const maxUpstreams = 15
+const maxUpstreams = 15 // cluster.MaxUpstreamDNS refuses longer configs
 
 // newForwarder builds the stock forwarder for ups, tried in their order:
 // the next one only when the one before fails or is down, as OpenShift's

@@ -69,6 +69,9 @@ const (
 	CompatAdvertInterval = time.Second
 	// DefaultAdminListen keeps the admin endpoint off the network by default.
 	DefaultAdminListen = "127.0.0.1:9447"
+	// MaxUpstreamDNS is how many resolvers network.upstreamDNS may list:
+	// the most CoreDNS's forward plugin takes in one stanza.
+	MaxUpstreamDNS = 15
 	// DefaultDNSPort is used for upstreamDNS entries given without a port.
 	DefaultDNSPort = 53
 	// DefaultDHCPLeaseTime is the lease time handed out (option 51).

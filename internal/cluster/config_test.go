@@ -260,6 +260,7 @@ func TestParseBad(t *testing.T) {
 		{name: "clusterNetwork host bits", muts: []mut{{"network.clusterNetwork", []any{"10.128.0.1/14"}}}, wantPath: "network.clusterNetwork[0]", wantMsg: "did you mean 10.128.0.0/14?"},
 		{name: "clusterNetwork everything", muts: []mut{{"network.clusterNetwork", []any{"0.0.0.0/0"}}}, wantPath: "network.clusterNetwork[0]", wantMsg: "covers every address"},
 		{name: "clusterNetwork not a list", muts: []mut{{"network.clusterNetwork", "10.128.0.0/14"}}, wantPath: "network.clusterNetwork", wantMsg: "want a list"},
+		{name: "too many upstreams", muts: []mut{{"network.upstreamDNS", []any{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6", "10.0.0.7", "10.0.0.8", "10.0.0.9", "10.0.0.10", "10.0.0.11", "10.0.0.12", "10.0.0.13", "10.0.0.14", "10.0.0.15", "10.0.0.16"}}}, wantPath: "network.upstreamDNS", wantMsg: "lists 16 resolvers; the DNS forwards to at most 15"},
 		// network.nodeIPHint: where OpenShift's nodeip-configuration looks
 		{name: "nodeIPHint outside", muts: []mut{{"network.nodeIPHint", []any{"10.0.0.1"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "10.0.0.1 is in no machine network (192.168.126.0/24, fd00:126::/64)"},
 		{name: "nodeIPHint a node's", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.10"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "node master-0's own address, which OpenShift's nodeip-configuration skips; give an address no node has, e.g. the network's own 192.168.126.0"},

@@ -555,6 +555,9 @@ func (v *validator) networkRest(r *rawConfig, c *Config, vips map[netip.Addr]add
 	v.clusterNetworks(r, c, vips)
 	v.nodeIPHints(r, c)
 
+	if n := len(r.Network.UpstreamDNS); n > MaxUpstreamDNS {
+		v.add("network.upstreamDNS", "lists %d resolvers; the DNS forwards to at most %d, in order: keep the first %d", n, MaxUpstreamDNS, MaxUpstreamDNS)
+	}
 	seen := map[netip.AddrPort]string{}
 	for i, s := range r.Network.UpstreamDNS {
 		p := fmt.Sprintf("network.upstreamDNS[%d]", i)
