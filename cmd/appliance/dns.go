@@ -47,6 +47,11 @@ Only mDNS needs to know which node this is: with it, the node is found as
 appliance run finds it (see --node, --role and --interface).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A wrong flag is named before anything is loaded.
+			hopts, err := f.id.options()
+			if err != nil {
+				return err
+			}
 			log, cfg, err := g.serviceStart("dns", f.config)
 			if err != nil {
 				return err
@@ -56,10 +61,6 @@ appliance run finds it (see --node, --role and --interface).`,
 			stdlog.SetOutput(slog.NewLogLogger(log.Handler(), slog.LevelInfo).Writer())
 
 			state := cluster.NewState(cfg)
-			hopts, err := f.id.options()
-			if err != nil {
-				return err
-			}
 			mo := dnsserver.MDNSOptions{Enabled: cfg.DNS.MDNS || f.mdns, Node: hopts.Node, Interface: hopts.Interface, Role: hopts.Role}
 			var stages []service.Stage
 			if mo.Enabled {

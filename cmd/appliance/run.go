@@ -53,11 +53,12 @@ static pod passes it), the short host name: a node that joins later. A
 configured node keeps its configured role.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, cfg, err := g.serviceStart("run", f.config)
+			// A wrong flag is named before anything is loaded.
+			hopts, err := f.id.options()
 			if err != nil {
 				return err
 			}
-			hopts, err := f.id.options()
+			log, cfg, err := g.serviceStart("run", f.config)
 			if err != nil {
 				return err
 			}

@@ -152,11 +152,11 @@ func (f *vipFlags) fromFlags() ([]vrrp.Config, error) {
 // no interface is pinned (--interface, network.interface) it also returns a
 // Host that follows the node's address to whichever interface holds it.
 func (f *vipFlags) fromConfig(cmd *cobra.Command, log *slog.Logger) ([]vrrp.Config, string, *host.Host, error) {
-	cfg, err := cluster.Load(f.config)
+	hopts, err := f.id.options()
 	if err != nil {
 		return nil, "", nil, err
 	}
-	hopts, err := f.id.options()
+	cfg, err := cluster.Load(f.config)
 	if err != nil {
 		return nil, "", nil, err
 	}
