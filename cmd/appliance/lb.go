@@ -63,12 +63,7 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			if err != nil {
 				return err
 			}
-			opts.Self = func(v6 bool) (netip.Addr, bool) {
-				if v := h.View(); v != nil {
-					return v.Addr(v6)
-				}
-				return view.Addr(v6)
-			}
+			opts.Self = func(v6 bool) (netip.Addr, bool) { return h.View().Addr(v6) } // never nil once resolved
 			listen := adminListen(cmd, f.adminListen, cfg)
 
 			reg := newRegistry()
