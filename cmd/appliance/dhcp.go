@@ -10,6 +10,7 @@ import (
 	"appliance/dhcp"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/host"
 	"appliance/internal/node"
 	"appliance/internal/service"
 )
@@ -18,7 +19,7 @@ func init() { serviceCmds = append(serviceCmds, newDHCPCmd) }
 
 type dhcpFlags struct {
 	config      string
-	iface       string
+	id          identityFlags
 	leases      string
 	adminListen string
 	leaseTime   time.Duration
@@ -60,7 +61,7 @@ its address, host name, router, DNS and domain.
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the nodes")
-	fl.StringVar(&f.iface, "interface", "", "interface to serve (default: network.interface, else the one holding an address in machineCIDR)")
+	f.id.addInterface(cmd)
 	fl.StringVar(&f.leases, "leases", cluster.DefaultDHCPLeaseFile, "lease file of the dynamic pool (default dhcp.leaseFile)")
 	fl.StringVar(&f.adminListen, "admin-listen", cluster.DefaultAdminListen, "admin HTTP listener (/metrics, /status, /healthz, /readyz)")
 	fl.DurationVar(&f.leaseTime, "lease-time", cluster.DefaultDHCPLeaseTime, "lease time (option 51; default dhcp.leaseTime)")
@@ -79,18 +80,20 @@ func (f *dhcpFlags) options(cfg *cluster.Config, changed func(string) bool) (dhc
 	if err != nil {
 		return opts, err
 	}
-	opts.Interface = f.iface
+	opts.Interface = f.id.iface
 	if opts.Interface == "" {
 		opts.Interface = cfg.Network.Interface
 	}
 	if opts.Interface == "" {
-		local, err := cluster.LocalInterfaces()
+		// Any machine on the machine network may serve, node or not.
+		view, err := host.Resolve(cfg, host.Options{AnyMachine: true})
 		if err != nil {
-			return opts, err
+			return opts, fmt.Errorf("dhcp: %w", err)
 		}
-		if opts.Interface, err = cfg.PickInterface(local); err != nil {
-			return opts, err
+		if view.Interface == "" {
+			return opts, fmt.Errorf("dhcp: %s", view.Problem)
 		}
+		opts.Interface = view.Interface
 	}
 	if changed("leases") {
 		opts.LeaseFile = f.leases

@@ -25,9 +25,7 @@ type dnsFlags struct {
 	resolvConf  string
 	queryLog    bool
 	mdns        bool
-	node        string
-	iface       string
-	role        string
+	id          identityFlags
 }
 
 func newDNSCmd(g *globalFlags) *cobra.Command {
@@ -43,9 +41,17 @@ api and api-int answer with the API VIPs, *.apps with the ingress VIPs, node
 names (short and under the cluster domain) with the node addresses, with PTR
 records for all of them. Every other name goes to network.upstreamDNS, or to
 the nameservers of NetworkManager's resolv.conf (else /etc/resolv.conf) minus
-this node's own addresses, re-read when it changes.`,
+this node's own addresses, re-read when it changes.
+
+Only mDNS needs to know which node this is: with it, the node is found as
+appliance run finds it (see --node, --role and --interface).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A wrong flag is named before anything is loaded.
+			hopts, err := f.id.options()
+			if err != nil {
+				return err
+			}
 			log, cfg, err := g.serviceStart("dns", f.config)
 			if err != nil {
 				return err
@@ -55,17 +61,12 @@ this node's own addresses, re-read when it changes.`,
 			stdlog.SetOutput(slog.NewLogLogger(log.Handler(), slog.LevelInfo).Writer())
 
 			state := cluster.NewState(cfg)
-			mo := dnsserver.MDNSOptions{Enabled: cfg.DNS.MDNS || f.mdns, Node: f.node, Interface: f.iface, Role: cluster.Role(f.role)}
-			switch mo.Role {
-			case "", cluster.RoleBootstrap, cluster.RoleMaster, cluster.RoleWorker:
-			default:
-				return fmt.Errorf("dns: --role %q is not bootstrap, master or worker", f.role)
-			}
+			mo := dnsserver.MDNSOptions{Enabled: cfg.DNS.MDNS || f.mdns, Node: hopts.Node, Interface: hopts.Interface, Role: hopts.Role}
 			var stages []service.Stage
 			if mo.Enabled {
 				// Only mDNS needs to know which node this is: without it the
 				// server runs on any machine.
-				h := host.New(cfg, host.Options{Node: mo.Node, Role: mo.Role, Interface: mo.Interface}, "", log)
+				h := host.New(cfg, hopts, "", log)
 				mo.Host = h
 				stages = append(stages, service.Stage{service.Func{ID: "host", RunFunc: h.Run, StatusFn: func() any { return h.View() }}})
 			}
@@ -104,8 +105,6 @@ this node's own addresses, re-read when it changes.`,
 	fl.StringVar(&f.resolvConf, "resolv-conf", "", "resolv.conf to take upstreams from (default NetworkManager's when present, else /etc/resolv.conf)")
 	fl.BoolVar(&f.queryLog, "query-log", false, "log every query")
 	fl.BoolVar(&f.mdns, "mdns", false, "publish this node and discover the others with multicast DNS (default dns.mdns)")
-	fl.StringVar(&f.node, "node", "", "with mDNS: this node's name (default: the configured node owning a local address, else the short host name)")
-	fl.StringVar(&f.iface, "interface", "", "with mDNS: pin the interface (default network.interface, else wherever the node's addresses in network.machineCIDRs are, followed when they move)")
-	fl.StringVar(&f.role, "role", "", "with mDNS: the role of a node that is not in the config (bootstrap, master or worker)")
+	f.id.add(cmd)
 	return cmd
 }

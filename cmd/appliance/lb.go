@@ -1,10 +1,13 @@
 package main
 
 import (
+	"net/netip"
+
 	"github.com/spf13/cobra"
 
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
+	"appliance/internal/host"
 	"appliance/internal/node"
 	"appliance/internal/service"
 	"appliance/lb"
@@ -14,6 +17,7 @@ func init() { serviceCmds = append(serviceCmds, newLBCmd) }
 
 type lbFlags struct {
 	config      string
+	id          identityFlags
 	adminListen string
 	apiListen   string
 	mcsListen   string
@@ -51,8 +55,15 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			}
 			opts.Redirect = cfg.LB.Redirect && !f.noRedirect
 			// IPv6 VIP traffic goes to this machine's own address (the
-			// kernel's IPv6 redirect would pick the VIP itself while held).
-			opts.Self = cfg.OwnAddr
+			// kernel's IPv6 redirect would pick the VIP itself while held),
+			// as internal/host has it: any machine on the machine network,
+			// node or not, followed when the address moves.
+			h := host.New(cfg, host.Options{Interface: f.id.iface, AnyMachine: true}, "", log)
+			view, err := h.Resolve()
+			if err != nil {
+				return err
+			}
+			opts.Self = func(v6 bool) (netip.Addr, bool) { return h.View().Addr(v6) } // never nil once resolved
 			listen := adminListen(cmd, f.adminListen, cfg)
 
 			reg := newRegistry()
@@ -60,12 +71,15 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			if err != nil {
 				return err
 			}
+			// The LB drains before the view it reads stops.
 			return service.Run(cmd.Context(), log, service.Options{Admin: admin.Options{Listen: listen, Registry: reg}},
-				service.Stage{node.LBService(balancer)})
+				service.Stage{node.LBService(balancer)},
+				service.Stage{node.HostService(h, view.Interface, func(*host.View) { balancer.Kick() })})
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
+	f.id.addInterface(cmd)
 	fl.StringVar(&f.adminListen, "admin-listen", "127.0.0.1:9447", "admin HTTP listener (/metrics, /status, /healthz, /readyz); default from the config")
 	fl.StringVar(&f.apiListen, "api-listen", d.API.Listen, "API proxy listener (VIP:6443 is redirected here)")
 	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")

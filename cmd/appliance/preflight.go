@@ -19,7 +19,7 @@ func init() { serviceCmds = append(serviceCmds, newPreflightCmd) }
 
 type preflightFlags struct {
 	config     string
-	node       string
+	id         identityFlags
 	output     string
 	timeout    time.Duration
 	resolvers  []string
@@ -39,12 +39,13 @@ func newPreflightCmd(g *globalFlags) *cobra.Command {
 		Short: "Check the segment, DNS and this node before an install: VIPs free, no rogue DHCP or VRRP, DNS right, ports free",
 		Long: `Check what an install needs from the network, in-process, from appliance.yaml:
 
-  appliance preflight --config appliance.yaml [--node NAME] [-o text|json] [--timeout 10s]
+  appliance preflight --config appliance.yaml [--node NAME] [--role ROLE] [-o text|json] [--timeout 10s]
 
 Each check has a stable ID and a status (pass, fail, warn, skipped) with a
 message naming the culprit and the fix. Run it on the installer's machine
 (on the machine network) or on a node: the VIP, DHCP and VRRP checks need a
-machine on the segment, the port and MTU checks need the node itself. The
+machine on the segment, the port and MTU checks need the node itself (found as
+appliance run finds it; on a machine that is no node they are skipped). The
 exit status is 1 when any check fails. Needs root (raw sockets).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -58,8 +59,13 @@ exit status is 1 when any check fails. Needs root (raw sockets).`,
 			if err != nil {
 				return err
 			}
+			hopts, err := f.id.options()
+			if err != nil {
+				return err
+			}
 			opts := pf.Options{
-				Node: f.node, Timeout: f.timeout, ResolvConf: f.resolvConf,
+				Node: hopts.Node, Role: hopts.Role, Interface: hopts.Interface,
+				Timeout: f.timeout, ResolvConf: f.resolvConf,
 				ProbeWait: f.probeWait, DHCPWait: f.dhcpWait, VRRPListen: f.vrrpListen,
 				Log: log,
 			}
@@ -93,7 +99,7 @@ exit status is 1 when any check fails. Needs root (raw sockets).`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
-	fl.StringVar(&f.node, "node", "", "the configured node this machine is (default: found by local address, then host name)")
+	f.id.add(cmd)
 	fl.StringVarP(&f.output, "output", "o", "text", "output: text or json (a list of {id, status, message, details})")
 	fl.DurationVar(&f.timeout, "timeout", pf.DefaultTimeout, "bound on the whole run")
 	fl.StringArrayVar(&f.resolvers, "resolver", nil, "DNS server to check through, IP or IP:port (default: dhcp.dns, else /etc/resolv.conf's first)")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	stdlog "log"
 	"log/slog"
 
@@ -10,7 +9,6 @@ import (
 
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
-	"appliance/internal/host"
 	"appliance/internal/kubenodes"
 	"appliance/internal/node"
 	"appliance/lb"
@@ -20,9 +18,7 @@ func init() { serviceCmds = append(serviceCmds, newRunCmd) }
 
 type runFlags struct {
 	config      string
-	node        string
-	iface       string
-	role        string
+	id          identityFlags
 	adminListen string
 	dnsListen   string
 	apiListen   string
@@ -41,7 +37,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Short: "Run every service this node's role needs, in one process: the static pod",
 		Long: `Run the node's services from the cluster config, on one live view of the cluster:
 
-  appliance run --config /etc/appliance/appliance.yaml [--node master-0]
+  appliance run --config /etc/appliance/appliance.yaml [--node master-0] [--role worker]
 
   bootstrap  API VIP, LB (API + MCS), DNS, mDNS, DHCP when dhcp.enabled
   master     API VIP, ingress VIP, LB (API + MCS), DNS, mDNS, DHCP when dhcp.enabled
@@ -50,17 +46,22 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 The API VIP follows the LB (a node whose LB has no healthy backend steps
 down), and on the bootstrap node also its own apiserver (when it stops
 answering /readyz a master takes over); the ingress VIP follows the node's
-router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
+router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.
+
+The node is --node, else the configured node owning a local address (never a
+VIP), else the one named like the short host name, else, with --role (as the
+static pod passes it), the short host name: a node that joins later. A
+configured node keeps its configured role.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, cfg, err := g.serviceStart("run", f.config)
+			// A wrong flag is named before anything is loaded.
+			hopts, err := f.id.options()
 			if err != nil {
 				return err
 			}
-			switch cluster.Role(f.role) {
-			case "", cluster.RoleBootstrap, cluster.RoleMaster, cluster.RoleWorker:
-			default:
-				return fmt.Errorf("run: --role %q is not bootstrap, master or worker", f.role)
+			log, cfg, err := g.serviceStart("run", f.config)
+			if err != nil {
+				return err
 			}
 			// The embedded DNS server logs through the standard logger.
 			stdlog.SetFlags(0)
@@ -78,7 +79,7 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 			}
 			n, err := node.New(node.Options{
 				Config:           cfg,
-				Host:             host.Options{Node: f.node, Interface: f.iface, Role: cluster.Role(f.role)},
+				Host:             hopts,
 				AdminListen:      adminListen(cmd, f.adminListen, cfg),
 				Registry:         reg,
 				LB:               &lo,
@@ -95,9 +96,7 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
-	fl.StringVar(&f.node, "node", "", "this node's name (default: the configured node owning a local address, else the host name)")
-	fl.StringVar(&f.iface, "interface", "", "pin the interface (default network.interface, else wherever the node's addresses are, followed when they move)")
-	fl.StringVar(&f.role, "role", "", "the role of a node that is not in the config: bootstrap, master or worker")
+	f.id.add(cmd)
 	fl.StringVar(&f.adminListen, "admin-listen", cluster.DefaultAdminListen, "admin HTTP listener (/metrics, /status, /healthz, /readyz); default admin.listen")
 	fl.StringVar(&f.dnsListen, "dns-listen", dnsserver.DefaultListen, "DNS listen address, host:port (UDP and TCP)")
 	fl.StringVar(&f.apiListen, "api-listen", d.API.Listen, "API proxy listener (VIP:6443 is redirected here)")

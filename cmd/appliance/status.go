@@ -244,6 +244,9 @@ func (p *statusPrinter) node(nodeRaw, hostRaw json.RawMessage) {
 		if !v.Configured && v.Name != "" {
 			notes = append(notes, "not in the config")
 		}
+		if v.Warning != "" {
+			notes = append(notes, v.Warning)
+		}
 		if v.Problem != "" {
 			notes = append(notes, v.Problem)
 		}

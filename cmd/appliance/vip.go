@@ -20,8 +20,7 @@ import (
 
 type vipFlags struct {
 	config       string
-	node         string
-	iface        string
+	id           identityFlags
 	vips         []string
 	vrid         uint8
 	priority     uint8
@@ -50,6 +49,9 @@ or run the API and ingress VIPs of a cluster from its config:
 
   appliance vip --config appliance.yaml [--node master-0]
 
+With --config the node is found as appliance run finds it (see --node, --role
+and --interface); with flags, --interface is the interface that holds the VIP.
+
 SIGTERM hands the VIPs over at once (a priority-0 advert) and removes them.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -73,8 +75,7 @@ SIGTERM hands the VIPs over at once (a priority-0 advert) and removes them.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster's VIPs")
-	fl.StringVar(&f.node, "node", "", "with --config: this node's name (default: the node owning a local address, else the hostname)")
-	fl.StringVar(&f.iface, "interface", "", "interface that holds the VIP")
+	f.id.add(cmd)
 	fl.StringSliceVar(&f.vips, "vip", nil, "virtual IP with prefix length, e.g. 192.168.126.5/24 (repeatable, one family)")
 	fl.Uint8Var(&f.vrid, "vrid", 0, "virtual router ID, 1..255")
 	fl.Uint8Var(&f.priority, "priority", 100, "priority 1..255 (255: address owner)")
@@ -111,11 +112,11 @@ func (f *vipFlags) tracks() ([]vrrp.TrackSpec, error) {
 }
 
 func (f *vipFlags) fromFlags() ([]vrrp.Config, error) {
-	if f.iface == "" || len(f.vips) == 0 || f.vrid == 0 {
+	if f.id.iface == "" || len(f.vips) == 0 || f.vrid == 0 {
 		return nil, errors.New("vip: give --interface, --vip and --vrid (or --config FILE)")
 	}
 	c := vrrp.Config{
-		Name: f.name, Interface: f.iface, VRID: f.vrid, Version: f.version, Priority: f.priority,
+		Name: f.name, Interface: f.id.iface, VRID: f.vrid, Version: f.version, Priority: f.priority,
 		Interval: f.interval, Preempt: !f.noPreempt, PreemptDelay: f.preemptDelay, Accept: true,
 		AuthPass: f.authPass,
 	}
@@ -151,18 +152,30 @@ func (f *vipFlags) fromFlags() ([]vrrp.Config, error) {
 // no interface is pinned (--interface, network.interface) it also returns a
 // Host that follows the node's address to whichever interface holds it.
 func (f *vipFlags) fromConfig(cmd *cobra.Command, log *slog.Logger) ([]vrrp.Config, string, *host.Host, error) {
+	hopts, err := f.id.options()
+	if err != nil {
+		return nil, "", nil, err
+	}
 	cfg, err := cluster.Load(f.config)
 	if err != nil {
 		return nil, "", nil, err
 	}
-	view, err := host.Resolve(cfg, host.Options{Node: f.node, Interface: f.iface})
+	// One Host decides who the node is and, unpinned, follows its address.
+	h := host.New(cfg, hopts, "", log)
+	view, err := h.Resolve()
 	if err != nil {
 		return nil, "", nil, err
 	}
 	if view.Interface == "" {
 		return nil, "", nil, fmt.Errorf("vip: %s", view.Problem)
 	}
-	self, _ := cfg.NodeByName(view.Name)
+	self, ok := cfg.NodeByName(view.Name)
+	if !ok {
+		self = cluster.Node{Name: view.Name, Role: view.Role}
+	}
+	if self.Role == "" {
+		return nil, "", nil, fmt.Errorf("vip: node %s is not in nodes and has no role; add it to nodes or pass --role", view.Name)
+	}
 	iface := view.Interface
 	tracks, err := f.tracks()
 	if err != nil {
@@ -179,7 +192,7 @@ func (f *vipFlags) fromConfig(cmd *cobra.Command, log *slog.Logger) ([]vrrp.Conf
 	}
 	var follow *host.Host
 	if !view.Pinned {
-		follow = host.New(cfg, host.Options{Node: view.Name}, "", log)
+		follow = h
 	}
 	return out, adminListen(cmd, f.adminListen, cfg), follow, nil
 }

@@ -52,7 +52,15 @@ func New(cfg *cluster.Config, opts Options, netnsPath string, log *slog.Logger) 
 // Resolve lists the links once and identifies the node, without watching:
 // for commands that only need to know where they run.
 func Resolve(cfg *cluster.Config, opts Options) (*View, error) {
-	h := New(cfg, opts, "", slog.New(slog.DiscardHandler))
+	return New(cfg, opts, "", slog.New(slog.DiscardHandler)).Resolve()
+}
+
+// Resolve lists the links once, identifies the node and publishes that
+// first view (logging who the node is, and a --role that disagreed with the
+// config), before Run: a command learns who and where the node is before it
+// builds its services. Run then carries on from this view; who the node is
+// stays as decided here.
+func (h *Host) Resolve() (*View, error) {
 	nl, closeNS, err := h.handle()
 	if err != nil {
 		return nil, err
@@ -63,6 +71,18 @@ func Resolve(cfg *cluster.Config, opts Options) (*View, error) {
 		return nil, err
 	}
 	return h.View(), nil
+}
+
+// ReadLinks lists this machine's links and their addresses once, in the
+// caller's network namespace: the input of Who and Locate for a command
+// that decides once (preflight).
+func ReadLinks() ([]Link, error) {
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("host: netlink: %w", err)
+	}
+	defer nl.Close()
+	return listLinks(nl)
 }
 
 // View returns the current view; nil before Run has listed the links once.
@@ -202,23 +222,24 @@ func drain(links chan netlink.LinkUpdate, addrs chan netlink.AddrUpdate) {
 	}
 }
 
-// refresh lists the links, identifies the view and publishes it if it
-// changed.
+// refresh lists the links, identifies the node (the first time only: who
+// the node is was decided at start; only where it is changes) and publishes
+// the view if it changed.
 func (h *Host) refresh(nl *netlink.Handle) error {
 	links, err := listLinks(nl)
 	if err != nil {
 		return err
 	}
-	hostname, _ := h.hostname()
-	prev, opts := "", h.opts
 	cur := h.view.Load()
-	if cur != nil {
-		// Who this node is was decided at start; only where it is changes.
-		prev, opts.Node, opts.Role = cur.Interface, cur.Name, cur.Role
-	}
-	v, err := Identify(h.cfg, opts, hostname, links, prev)
-	if err != nil {
-		return err
+	var v View
+	if cur == nil {
+		hostname, _ := h.hostname()
+		if v, err = Identify(h.cfg, h.opts, hostname, links, ""); err != nil {
+			return err
+		}
+	} else {
+		v = Locate(h.cfg, h.opts, links, cur.Interface)
+		v.setIdentity(cur.Identity())
 	}
 	h.publish(cur, &v)
 	return nil
@@ -238,8 +259,16 @@ func (h *Host) publish(cur, next *View) {
 	h.view.Store(next)
 	switch {
 	case cur == nil:
-		h.log.Info("node identified", "node", next.Name, "role", next.Role, "interface", next.Interface,
-			"addrs", next.Prefixes, "problem", next.Problem)
+		if next.Name == "" {
+			h.log.Info("machine located; it is no configured node", "interface", next.Interface,
+				"addrs", next.Prefixes, "problem", next.Problem)
+		} else {
+			h.log.Info("node identified", "node", next.Name, "role", next.Role, "by", next.By,
+				"configured", next.Configured, "interface", next.Interface, "addrs", next.Prefixes, "problem", next.Problem)
+		}
+		if next.Warning != "" {
+			h.log.Warn(next.Warning, "node", next.Name, "role", next.Role, "flag_role", h.opts.Role)
+		}
 		close(h.ready)
 	case next.Problem != "" && next.Problem != cur.Problem:
 		h.log.Warn("node's addresses changed", "interface", next.Interface, "addrs", next.Prefixes, "problem", next.Problem)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,5 +98,69 @@ func TestResolve(t *testing.T) {
 	// The lab's link may not have carrier yet; who and where is what counts.
 	if v.Name != "master-0" || v.Interface != "eth0" || joinPrefixes(v.Prefixes) != "[192.168.126.10/24]" {
 		t.Fatalf("Resolve: %+v", v)
+	}
+}
+
+// warnCounter counts the WARN records logged through it.
+type warnCounter struct {
+	slog.Handler
+	mu    sync.Mutex
+	warns []string
+}
+
+func (w *warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		w.mu.Lock()
+		w.warns = append(w.warns, r.Message)
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+func (w *warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler            { return w }
+
+// TestRoleConflictWarnsOnce: a --role that disagrees with the configured
+// role loses to it, with one warning naming both, however often the view is
+// published afterwards.
+func TestRoleConflictWarnsOnce(t *testing.T) {
+	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "hostrole"})
+	n := lab.Nodes[0]
+	cfg := parse(t, testConfig)
+	log := &warnCounter{}
+	h := New(cfg, Options{Role: "worker"}, "/run/netns/"+n.NS, slog.New(log))
+	v, err := h.Resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Name != "master-0" || v.Role != "master" || !v.Configured {
+		t.Fatalf("identified %+v, want master-0 with its configured role", v)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	views := h.Subscribe(ctx)
+	// A new address makes Run publish a new view.
+	netlabtest.Run(t, n, "ip", "addr", "add", "192.168.126.200/24", "dev", "eth0")
+	deadline := time.After(5 * time.Second)
+	for len(h.View().Prefixes) < 2 {
+		select {
+		case <-views:
+		case <-deadline:
+			t.Fatalf("no view with the second address; last %+v", h.View())
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := h.View(); got.Name != "master-0" || got.Role != "master" {
+		t.Errorf("after a change: %+v", got)
+	}
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.warns) != 1 || !strings.Contains(log.warns[0], "--role worker") || !strings.Contains(log.warns[0], "role master") {
+		t.Errorf("warnings %q, want one naming --role worker and the configured role master", log.warns)
 	}
 }

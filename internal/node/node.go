@@ -27,7 +27,7 @@ const DefaultAPIServerReadyz = "https://127.0.0.1:6443/readyz"
 // Options configure a node's run.
 type Options struct {
 	Config *cluster.Config
-	// Host says how to find this node (--node, --interface).
+	// Host says how to find this node (--node, --role, --interface).
 	Host host.Options
 	// AdminListen is the admin listener's address.
 	AdminListen string
@@ -80,7 +80,10 @@ type Node struct {
 // New identifies the node and builds the services its role runs.
 func New(opts Options, log *slog.Logger) (*Node, error) {
 	cfg := opts.Config
-	view, err := host.Resolve(cfg, opts.Host)
+	// One Host decides who the node is (logged once) and then follows
+	// where its addresses are; Run keeps this identity.
+	h := host.New(cfg, opts.Host, "", log)
+	view, err := h.Resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -97,17 +100,11 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 	if err := CheckOnPremStack(opts.KubeletManifests, plan); err != nil {
 		return nil, err
 	}
-	if view.Interface == "" {
-		return nil, fmt.Errorf("run: node %s: %s", view.Name, view.Problem)
-	}
 	n := &Node{cfg: cfg, view: view, self: self, plan: plan, state: cluster.NewState(cfg),
-		log: log.With("node", view.Name), reg: opts.Registry, admin: opts.AdminListen}
+		log: log.With("node", view.Name), reg: opts.Registry, admin: opts.AdminListen, host: h}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
 	}
-	hopts := opts.Host
-	hopts.Node = view.Name
-	n.host = host.New(cfg, hopts, "", log)
 
 	if opts.Kubeconfig != "" {
 		ko := kubenodes.Options{Kubeconfig: opts.Kubeconfig, Domain: cfg.Cluster.Domain()}

@@ -3,6 +3,7 @@ package preflight
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"appliance/internal/cluster"
+	"appliance/internal/host"
 )
 
 // Defaults for Options.
@@ -25,10 +27,13 @@ const (
 
 // Options tune a run. The zero value is usable: every field has a default.
 type Options struct {
-	// Node is the configured node this machine is (--node); "" finds it by
-	// local address, then host name, and skips the node-local checks when
-	// neither matches (the installer's machine).
-	Node string
+	// Node, Role and Interface find this machine's node and interface as
+	// every command does (--node, --role, --interface; see host.Who): a
+	// machine that no node matches (the installer's) skips the node-only
+	// checks.
+	Node      string
+	Role      cluster.Role
+	Interface string
 	// Hostname is this machine's name for finding the node; default os.Hostname.
 	Hostname string
 	// Timeout bounds the whole run; checks still running then warn.
@@ -102,23 +107,16 @@ func RunConfig(ctx context.Context, cfg *cluster.Config, opts Options) []Result 
 	log := opts.Log
 
 	out := []Result{DecidePlacement(cfg), DecideOnPremStack(cfg)}
-	local, lerr := cluster.LocalInterfaces()
-	ifi, ifErr := segmentInterface(cfg, local, lerr)
-	var self *cluster.Node
-	selfErr := lerr
-	if lerr == nil {
-		if n, err := cfg.FindSelf(opts.Node, local, opts.Hostname); err == nil {
-			self = &n
-		} else {
-			selfErr = err
-		}
-	}
-	log.Debug("preflight: where", "interface", ifName(ifi), "interfaceErr", ifErr, "node", self)
+	hopts := host.Options{Node: opts.Node, Role: opts.Role, Interface: opts.Interface}
+	links, lerr := host.ReadLinks()
+	ifi, ifErr := segmentInterface(cfg, hopts, links, lerr)
+	self, selfErr := findSelf(cfg, hopts, opts.Hostname, links, lerr, log)
+	log.Debug("preflight: where", "interface", ifName(ifi), "interfaceErr", ifErr, "node", self, "nodeErr", selfErr)
 
 	// Each group of checks fills its own slot; slots keep the output order
 	// fixed whatever finishes first.
 	groups := []func() []Result{
-		func() []Result { return vipChecks(ctx, cfg, ifi, ifErr, local, opts) },
+		func() []Result { return vipChecks(ctx, cfg, ifi, ifErr, links, opts) },
 		func() []Result { return []Result{dhcpCheck(ctx, cfg, ifi, ifErr, opts)} },
 		func() []Result { return []Result{vrrpCheck(ctx, cfg, ifi, ifErr, opts)} },
 		func() []Result { return dnsChecks(ctx, cfg, opts) },
@@ -144,28 +142,53 @@ func ifName(ifi *net.Interface) string {
 	return ifi.Name
 }
 
-// segmentInterface is the interface on the machine network: network.interface
-// when set, else the one holding a machine-network address.
-func segmentInterface(cfg *cluster.Config, local []cluster.LocalInterface, lerr error) (*net.Interface, error) {
+// segmentInterface is the interface on the machine network, as host.Locate
+// finds it: --interface, else network.interface, else the one holding a
+// machine-network address.
+func segmentInterface(cfg *cluster.Config, hopts host.Options, links []host.Link, lerr error) (*net.Interface, error) {
 	if lerr != nil {
 		return nil, lerr
 	}
-	name := cfg.Network.Interface
-	if name == "" {
-		n, err := cfg.PickInterface(local)
-		if err != nil {
-			return nil, fmt.Errorf("%w; run preflight on a machine on the machine network", err)
-		}
-		name = n
+	place := host.Locate(cfg, hopts, links, "")
+	switch {
+	case place.Interface == "":
+		return nil, fmt.Errorf("%s; run preflight on a machine on the machine network", place.Problem)
+	case place.Index == 0:
+		return nil, errors.New(place.Problem)
 	}
-	ifi, err := net.InterfaceByName(name)
+	ifi, err := net.InterfaceByIndex(place.Index)
 	if err != nil {
-		return nil, fmt.Errorf("network.interface %s: %w", name, err)
+		return nil, fmt.Errorf("interface %s: %w", place.Interface, err)
 	}
 	return ifi, nil
 }
 
-func vipChecks(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifErr error, local []cluster.LocalInterface, opts Options) []Result {
+// findSelf is the node this machine is, as host.Who decides: a configured
+// node, or one that joins later when --role says so. nil with the reason
+// when it is none.
+func findSelf(cfg *cluster.Config, hopts host.Options, hostname string, links []host.Link, lerr error, log *slog.Logger) (*cluster.Node, error) {
+	if lerr != nil {
+		return nil, lerr
+	}
+	id, err := host.Who(cfg, hopts, hostname, links)
+	if err != nil {
+		return nil, err
+	}
+	if id.Warning != "" {
+		log.Warn(id.Warning, "node", id.Name)
+	}
+	if n, ok := cfg.NodeByName(id.Name); ok && id.Configured {
+		return &n, nil
+	}
+	if id.Role == "" {
+		// A config without nodes takes any host name; without a role it
+		// is no node to check.
+		return nil, fmt.Errorf("node %s is not in nodes and has no role; pass --role", id.Name)
+	}
+	return &cluster.Node{Name: id.Name, Role: id.Role}, nil
+}
+
+func vipChecks(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifErr error, links []host.Link, opts Options) []Result {
 	type vip struct {
 		kind cluster.VIPKind
 		addr netip.Addr
@@ -189,15 +212,15 @@ func vipChecks(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifE
 	for _, v := range vips {
 		out = append(out, DecideVIP(cfg, VIPObservation{
 			Kind: v.kind, VIP: v.addr, Answers: answers[v.addr], Err: errs[v.addr],
-			LocalIface: holderOf(local, v.addr),
+			LocalIface: holderOf(links, v.addr),
 		}))
 	}
 	return out
 }
 
 // holderOf names the local interface holding a, if any.
-func holderOf(local []cluster.LocalInterface, a netip.Addr) string {
-	for _, li := range local {
+func holderOf(links []host.Link, a netip.Addr) string {
+	for _, li := range links {
 		for _, p := range li.Addrs {
 			if p.Addr() == a {
 				return li.Name
@@ -311,7 +334,7 @@ func family(a netip.Addr) string {
 
 func portChecks(ctx context.Context, cfg *cluster.Config, self *cluster.Node, selfErr error, opts Options) []Result {
 	if self == nil {
-		if opts.Node != "" { // a mistyped --node must not pass as "not a node"
+		if opts.Node != "" || opts.Role != "" { // a mistyped --node or --role must not pass as "not a node"
 			return []Result{fail(IDPort, "not checked: %v", selfErr)}
 		}
 		return []Result{skipped(IDPort, "not checked: this machine is not one of the nodes (%v)", selfErr)}
