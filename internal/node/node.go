@@ -100,6 +100,9 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 	if err := CheckOnPremStack(opts.KubeletManifests, plan); err != nil {
 		return nil, err
 	}
+	if view.Interface == "" {
+		return nil, fmt.Errorf("run: node %s: %s", view.Name, view.Problem)
+	}
 	n := &Node{cfg: cfg, view: view, self: self, plan: plan, state: cluster.NewState(cfg),
 		log: log.With("node", view.Name), reg: opts.Registry, admin: opts.AdminListen, host: h}
 	if n.reg == nil {
