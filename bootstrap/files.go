@@ -22,7 +22,10 @@ const NodeConfigMode = 0o600
 // OwnedPaths are every path this package puts on a node. A config's entries
 // at these paths are ours: replaced on every run, removed from a role that
 // no longer needs them, never duplicated.
-var OwnedPaths = []string{StaticPodPath, NodeConfigPath, ResolvDispatcherPath, ResolvNMConfPath}
+var OwnedPaths = []string{
+	StaticPodPath, NodeConfigPath,
+	ResolvDispatcherPath, ResolvNMConfPath, ResolvScriptPath, ResolvUnitPath, KubeletResolvDropinPath,
+}
 
 // Owned reports whether path is one of OwnedPaths.
 func Owned(path string) bool { return slices.Contains(OwnedPaths, path) }
