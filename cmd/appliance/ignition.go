@@ -42,7 +42,8 @@ func newIgnitionCmd(g *globalFlags) *cobra.Command {
 
 Each of DIR/bootstrap.ign, master.ign and worker.ign that exists gets, for the
 roles that run the appliance, the static pod ` + bootstrap.StaticPodPath + `,
-the node's ` + bootstrap.NodeConfigPath + ` (0600), and where the role
+the node's ` + bootstrap.NodeConfigPath + ` (0600), ` + bootstrap.NodeIPHintPath + `
+(the kubelet takes the node's machine-network address), and where the role
 serves DNS a NetworkManager dispatcher script and a oneshot unit that put the
 node's own address first in /etc/resolv.conf, with a kubelet drop-in that waits
 for them.
