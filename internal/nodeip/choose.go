@@ -126,13 +126,14 @@ func Choose(s State, hints []netip.Addr, preferIPv6 bool) Choice {
 		return Choice{Rule: RuleNone}
 	}
 	// runtimecfg binds a TCP socket to an IPv6 first pick and retries
-	// until that works (the routing rule is then tried again, never the
-	// default-route one).
-	first := c.Picks[0]
-	for _, l := range s.Links {
-		for _, a := range l.Addrs {
-			if l.Name == first.Link && a.Prefix.Addr() == first.Addr && first.Addr.Is6() && a.Unbindable {
-				c.Unbindable = true
+	// until that works.
+	if first := c.Picks[0]; first.Addr.Is6() {
+		for _, l := range s.Links {
+			if l.Name != first.Link {
+				continue
+			}
+			for _, a := range l.Addrs {
+				c.Unbindable = c.Unbindable || (a.Prefix.Addr() == first.Addr && a.Unbindable)
 			}
 		}
 	}

@@ -259,3 +259,21 @@ func TestHintFile(t *testing.T) {
 		t.Errorf("a name as hint: %v", err)
 	}
 }
+
+// FuzzParseHintFile: any bytes parse without panic, and what parses is
+// written back to the same hints.
+func FuzzParseHintFile(f *testing.F) {
+	f.Add([]byte("NODEIP_HINT=\"192.168.126.0 fd00:126::\"\n"))
+	f.Add([]byte("KUBELET_NODEIP_HINT='10.0.0.1'\n# c\n"))
+	f.Add([]byte("NODEIP_HINT=\"\nx=\"y"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := ParseHintFile(b)
+		if err != nil || len(h.Addrs) == 0 {
+			return
+		}
+		again, err := ParseHintFile(HintFile(h.Addrs))
+		if err != nil || !slices.Equal(again.Addrs, h.Addrs) {
+			t.Errorf("%q: %v, written back %v (%v)", b, h.Addrs, again.Addrs, err)
+		}
+	})
+}
