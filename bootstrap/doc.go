@@ -1,7 +1,8 @@
 // Package bootstrap puts the appliance on a cluster's nodes. It owns what a
 // node is given before it runs anything: the static pod that runs `appliance
-// run`, the node's own appliance.yaml, the files that make the node resolve
-// through its own DNS, and the two ways they reach the node: merged into the
+// run`, the node's own appliance.yaml, the kubelet's node IP hint, the files
+// that make the node resolve through its own DNS (and the kubelet wait for
+// it), and the two ways they reach the node: merged into the
 // installer's Ignition configs (bootstrap.ign and the master/worker pointer
 // configs) and as MachineConfig manifests that keep them there through day-2
 // changes and upgrades.

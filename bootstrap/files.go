@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"appliance/internal/cluster"
+	"appliance/internal/nodeip"
 )
 
 // File is one regular file put on a node: owned by root, written whole.
@@ -22,7 +23,15 @@ const NodeConfigMode = 0o600
 // OwnedPaths are every path this package puts on a node. A config's entries
 // at these paths are ours: replaced on every run, removed from a role that
 // no longer needs them, never duplicated.
-var OwnedPaths = []string{StaticPodPath, NodeConfigPath, ResolvDispatcherPath, ResolvNMConfPath}
+var OwnedPaths = []string{
+	StaticPodPath, NodeConfigPath, NodeIPHintPath,
+	ResolvDispatcherPath, ResolvNMConfPath, ResolvScriptPath, ResolvUnitPath, KubeletResolvDropinPath,
+}
+
+// NodeIPHintPath is read by OpenShift's nodeip-configuration.service: its
+// hints make the kubelet take the node's machine-network address, whatever
+// interface the default route is on.
+const NodeIPHintPath = nodeip.HintFilePath
 
 // Owned reports whether path is one of OwnedPaths.
 func Owned(path string) bool { return slices.Contains(OwnedPaths, path) }
@@ -68,6 +77,11 @@ func Files(cfg *cluster.Config, role cluster.Role, o Options) ([]File, error) {
 	files := []File{
 		{Path: StaticPodPath, Mode: 0o644, Contents: pod},
 		{Path: NodeConfigPath, Mode: NodeConfigMode, Contents: conf},
+	}
+	// Every role: the appliance takes its members from the Nodes'
+	// InternalIPs, so each node's must lie in the machine network.
+	if len(cfg.Network.NodeIPHints) > 0 {
+		files = append(files, File{Path: NodeIPHintPath, Mode: 0o644, Contents: nodeip.HintFile(cfg.Network.NodeIPHints)})
 	}
 	if svc.DNS {
 		rf, err := ResolvFiles(cfg)

@@ -156,8 +156,8 @@ func TestMergeVersionsAndShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) != 4 {
-		t.Fatalf("%d files for a master", len(files))
+	if len(files) != len(OwnedPaths) {
+		t.Fatalf("%d files for a master, want one at each of the %d owned paths", len(files), len(OwnedPaths))
 	}
 	type input struct {
 		name string

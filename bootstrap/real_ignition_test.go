@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -69,7 +70,7 @@ func TestRealIgnitionValidate(t *testing.T) {
 				t.Fatalf("edited %d files", len(edited))
 			}
 			for _, e := range edited {
-				if e.Version != v || len(e.Added) != 4 {
+				if e.Version != v || len(e.Added) != len(OwnedPaths) {
 					t.Errorf("%s: version %s, %d files", e.File, e.Version, len(e.Added))
 				}
 				check(t, e.File)
@@ -219,6 +220,17 @@ func TestRealIgnitionAppliesBootstrap(t *testing.T) {
 			}
 			if pw, _ := os.ReadFile(filepath.Join(root, "etc/passwd")); !strings.Contains(string(pw), "core:") {
 				t.Errorf("user core not created:\n%s", pw)
+			}
+			// The resolv scripts as Ignition wrote them run: NetworkManager's
+			// `up` restarts the unit, whose script writes resolv.conf.
+			e := newResolvEnv(t, cfg)
+			e.dispatcher = filepath.Join(root, ResolvDispatcherPath)
+			e.script = filepath.Join(root, ResolvScriptPath)
+			e.ipOut = ipVIPThenSelf
+			e.setNM("nameserver 192.168.126.1\n")
+			e.event("ens3", "up")
+			if got := e.resolv(); !slices.Equal(got, []string{"search ocp4.example.com", "nameserver 192.168.126.10", "nameserver 192.168.126.1"}) || !e.done() {
+				t.Errorf("the applied scripts wrote %q, done %v", got, e.done())
 			}
 			// The static pod on disk is the one the kubelet will read.
 			y, _ := os.ReadFile(filepath.Join(root, StaticPodPath))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,10 +16,10 @@ import (
 	"appliance/internal/netlab/netlabtest"
 )
 
-// TestResolvScriptNetns runs the dispatcher script inside a node of a
-// dual-stack lab with the real `ip`, while the node holds both API VIPs
-// (the IPv6 one is listed before the node's own address): the node's own
-// address goes first, never a VIP.
+// TestResolvScriptNetns runs the dispatcher script, and the script it hands
+// over to, inside a node of a dual-stack lab with the real `ip`, while the
+// node holds both API VIPs (the IPv6 one is listed before the node's own
+// address): the node's own address goes first, never a VIP.
 func TestResolvScriptNetns(t *testing.T) {
 	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "resolv", IPv6: netip.MustParsePrefix("fd00:126::/64")})
 	n := lab.Nodes[0]
@@ -64,23 +65,28 @@ network:
 			if o, err := n.Run(context.Background(), "ip", "-o", "addr", "show", "to", "fd00:126::/64", "scope", "global"); err != nil || !strings.Contains(lines(o)[0], "fd00:126::5/") {
 				t.Fatalf("the IPv6 VIP is not listed first, so skipping it goes untested: %v\n%s", err, o)
 			}
-			files, err := ResolvFiles(cfg)
+			// The real ip inside the node; systemctl and nmcli stay
+			// stand-ins, so nothing reaches this machine's own services.
+			e := newResolvEnv(t, cfg)
+			ipPath, err := exec.LookPath("ip")
 			if err != nil {
 				t.Fatal(err)
 			}
-			dir := t.TempDir()
-			script := filepath.Join(dir, "30-appliance-resolv")
-			os.WriteFile(script, files[0].Contents, 0o755)
-			nm := filepath.Join(dir, "nm")
-			os.WriteFile(nm, []byte("search example.com\nnameserver 192.168.126.1\n"), 0o644)
-			out := filepath.Join(dir, "resolv.conf")
-			if o, err := n.Run(context.Background(), "env", "APPLIANCE_NM_RESOLV="+nm, "APPLIANCE_RESOLV="+out, "bash", script, n.Iface, "up"); err != nil {
+			e.pathPrefix = filepath.Join(e.dir, "real")
+			os.MkdirAll(e.pathPrefix, 0o755)
+			if err := os.Symlink(ipPath, filepath.Join(e.pathPrefix, "ip")); err != nil {
+				t.Fatal(err)
+			}
+			e.setNM("search example.com\nnameserver 192.168.126.1\n")
+			args := append(e.env(), "bash", e.dispatcher, n.Iface, "up")
+			if o, err := n.Run(context.Background(), "env", args...); err != nil {
 				t.Fatalf("%v\n%s", err, o)
 			}
-			b, _ := os.ReadFile(out)
-			got := lines(string(b))[1:]
-			if w := []string{"search example.com", "nameserver " + want, "nameserver 192.168.126.1"}; !slices.Equal(got, w) {
+			if got, w := e.resolv(), []string{"search ocp4.example.com example.com", "nameserver " + want, "nameserver 192.168.126.1"}; !slices.Equal(got, w) {
 				t.Errorf("resolv.conf\n got %q\nwant %q", got, w)
+			}
+			if !e.done() {
+				t.Error("no done flag")
 			}
 		})
 	}

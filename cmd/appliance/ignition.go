@@ -42,8 +42,11 @@ func newIgnitionCmd(g *globalFlags) *cobra.Command {
 
 Each of DIR/bootstrap.ign, master.ign and worker.ign that exists gets, for the
 roles that run the appliance, the static pod ` + bootstrap.StaticPodPath + `,
-the node's ` + bootstrap.NodeConfigPath + ` (0600), and a NetworkManager
-dispatcher script that puts the node's own address first in /etc/resolv.conf.
+the node's ` + bootstrap.NodeConfigPath + ` (0600), ` + bootstrap.NodeIPHintPath + `
+(the kubelet takes the node's machine-network address), and where the role
+serves DNS a NetworkManager dispatcher script and a oneshot unit that put the
+node's own address first in /etc/resolv.conf, with a kubelet drop-in that waits
+for them.
 Pointer configs (master.ign, worker.ign) carry the files themselves, next to
 their merge source and CA, which stay as they were. Each file keeps its
 Ignition spec version; the first run keeps the originals as *.ign.orig, and

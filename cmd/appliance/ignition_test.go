@@ -100,7 +100,7 @@ func TestIgnitionCmd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	for _, want := range []string{"bootstrap.ign: Ignition 3.2.0, 4 appliance files (bootstrap)", "master.ign: Ignition 3.1.0, 4 appliance files (master)", "bootstrap.ign.orig"} {
+	for _, want := range []string{"bootstrap.ign: Ignition 3.2.0, 8 appliance files (bootstrap)", "master.ign: Ignition 3.1.0, 8 appliance files (master)", "bootstrap.ign.orig"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output does not say %q:\n%s", want, out)
 		}

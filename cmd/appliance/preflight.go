@@ -36,7 +36,7 @@ func newPreflightCmd(g *globalFlags) *cobra.Command {
 	f := &preflightFlags{}
 	cmd := &cobra.Command{
 		Use:   "preflight",
-		Short: "Check the segment, DNS and this node before an install: VIPs free, no rogue DHCP or VRRP, DNS right, ports free",
+		Short: "Check the segment, DNS and this node before an install: VIPs free, no rogue DHCP or VRRP, DNS right, ports free, node IP",
 		Long: `Check what an install needs from the network, in-process, from appliance.yaml:
 
   appliance preflight --config appliance.yaml [--node NAME] [--role ROLE] [-o text|json] [--timeout 10s]
@@ -44,9 +44,9 @@ func newPreflightCmd(g *globalFlags) *cobra.Command {
 Each check has a stable ID and a status (pass, fail, warn, skipped) with a
 message naming the culprit and the fix. Run it on the installer's machine
 (on the machine network) or on a node: the VIP, DHCP and VRRP checks need a
-machine on the segment, the port and MTU checks need the node itself (found as
-appliance run finds it; on a machine that is no node they are skipped). The
-exit status is 1 when any check fails. Needs root (raw sockets).`,
+machine on the segment, the port, MTU and node IP checks need the node itself
+(found as appliance run finds it; on a machine that is no node they are
+skipped). The exit status is 1 when any check fails. Needs root (raw sockets).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.config == "" {

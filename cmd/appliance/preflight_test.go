@@ -128,7 +128,7 @@ nodes:
 			t.Errorf("%s: %s %q, want pass", id, byID[id].Status, byID[id].Message)
 		}
 	}
-	for _, id := range []string{"vip-free.api-v4", "dhcp-rogue", "vrrp-vrid", "port"} {
+	for _, id := range []string{"vip-free.api-v4", "dhcp-rogue", "vrrp-vrid", "port", "node-ip"} {
 		if r := byID[id]; r.Status != "skipped" || !strings.Contains(r.Message, "machine") {
 			t.Errorf("%s: %s %q, want skipped saying why", id, r.Status, r.Message)
 		}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"appliance/bootstrap"
+	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 	"appliance/internal/netlab/netlabtest"
 )
@@ -62,6 +64,9 @@ var testOptions = Options{
 	// n1's address: DNS queries stay inside the lab even where no test
 	// serves DNS (the machine's own resolv.conf is never used).
 	Resolvers: []netip.AddrPort{netip.MustParseAddrPort("192.168.126.11:53")},
+	// Never this machine's own files.
+	NodeIPConf:    "/nonexistent/nodeip-configuration",
+	NodeIPPrimary: "/nonexistent/primary-ip",
 }
 
 // labConfig is the cluster of the namespace tests: master-0 is lab node n0
@@ -327,7 +332,7 @@ func TestNetnsCleanSegment(t *testing.T) {
 	for _, id := range []string{"config", "placement", "vip-free.api-v4", "vip-free.ingress-v4", IDDHCP, IDVRRP,
 		"dns.api", "dns.api-int", "dns.apps", "dns.wildcard", "dns.node.master-0", "dns.ptr.master-0",
 		"dns.node.worker-0", "dns.ptr.worker-0", "port.53-udp", "port.53-tcp", "port.67-udp", "port.9445-tcp",
-		"port.9446-tcp", "port.9447-tcp", IDMTU} {
+		"port.9446-tcp", "port.9447-tcp", IDMTU, IDNodeIP} {
 		if _, ok := rs[id]; !ok {
 			t.Errorf("check %s did not run", id)
 		}
@@ -344,6 +349,66 @@ func TestNetnsMTUMismatch(t *testing.T) {
 	ipIn(t, n0, "link", "set", "eth0", "mtu", "9000")
 	rs := runPreflight(t, n0, labConfig(lab, ""), testOptions)
 	want(t, rs, IDMTU, StatusFail, "MTU 9000", "only 1500-byte", "192.168.126.1")
+}
+
+// TestNetnsNodeIP: the node has a second NIC with the default route, as
+// many bare-metal nodes do. With the hint file `appliance ignition` writes,
+// or before it exists with the config's hints, the kubelet gets the
+// machine-network address; with a hint file that sets no hint, runtimecfg
+// would take the default route's NIC, and the check fails naming it and
+// the fix.
+func TestNetnsNodeIP(t *testing.T) {
+	t.Parallel()
+	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "pfnodeip"})
+	n0 := lab.Nodes[0]
+	ipIn(t, n0, "link", "add", "ens4", "type", "veth", "peer", "name", "ens4peer")
+	ipIn(t, n0, "addr", "add", "10.99.0.5/24", "dev", "ens4")
+	ipIn(t, n0, "link", "set", "ens4", "up")
+	ipIn(t, n0, "link", "set", "ens4peer", "up")
+	ipIn(t, n0, "route", "add", "default", "via", "10.99.0.1", "dev", "ens4")
+	// The API VIP is held now, listed before the node's own address, but
+	// not there when nodeip-configuration runs at boot.
+	ipIn(t, n0, "addr", "del", "192.168.126.10/24", "dev", "eth0")
+	ipIn(t, n0, "addr", "add", "192.168.126.5/24", "dev", "eth0")
+	ipIn(t, n0, "addr", "add", "192.168.126.10/24", "dev", "eth0")
+	config := labConfig(lab, "")
+	cfg, err := cluster.Parse([]byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := bootstrap.Files(cfg, cluster.RoleMaster, bootstrap.Options{
+		Image:    "registry.example.com/appliance@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		Services: func(cluster.Role) bootstrap.RoleServices { return bootstrap.RoleServices{Runs: true, DNS: true} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	written := filepath.Join(dir, "written")
+	for _, f := range files {
+		if f.Path == bootstrap.NodeIPHintPath {
+			os.WriteFile(written, f.Contents, 0o644)
+		}
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("# no hint\n"), 0o644)
+
+	for _, tc := range []struct {
+		name, conf string
+		st         Status
+		words      []string
+	}{
+		{"the file appliance ignition writes", written, StatusPass, []string{"192.168.126.10 on eth0", "hint 192.168.126.0 from " + written}},
+		{"no file yet: the config's hints", filepath.Join(dir, "absent"), StatusPass, []string{"192.168.126.10 on eth0", "network.nodeIPHint"}},
+		{"a file without hint", empty, StatusFail, []string{"10.99.0.5 (ens4)", "outside the machine network", `NODEIP_HINT="192.168.126.0"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := testOptions
+			opts.NodeIPConf = tc.conf
+			rs := runPreflight(t, n0, config, opts)
+			want(t, rs, IDNodeIP, tc.st, tc.words...)
+		})
+	}
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {

@@ -5,15 +5,18 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"appliance/internal/cluster"
 	"appliance/internal/host"
+	"appliance/internal/nodeip"
 )
 
 // Defaults for Options.
@@ -48,6 +51,9 @@ type Options struct {
 	ResolvConf string
 	// Listens are the node's service sockets, for the port checks.
 	Listens Listens
+	// NodeIPConf and NodeIPPrimary are the node IP hint file and this
+	// boot's pick; defaults DefaultNodeIPConf, DefaultNodeIPPrimary.
+	NodeIPConf, NodeIPPrimary string
 	// Log receives progress at debug level; default discards.
 	Log *slog.Logger
 }
@@ -68,6 +74,12 @@ func (o *Options) defaults() {
 	if o.ResolvConf == "" {
 		o.ResolvConf = DefaultResolvConf
 	}
+	if o.NodeIPConf == "" {
+		o.NodeIPConf = DefaultNodeIPConf
+	}
+	if o.NodeIPPrimary == "" {
+		o.NodeIPPrimary = DefaultNodeIPPrimary
+	}
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()
 	}
@@ -77,7 +89,7 @@ func (o *Options) defaults() {
 }
 
 // Run loads the config at path and runs every check, in a fixed order:
-// config, placement, VIPs, DHCP, VRRP, DNS, ports, MTU. A config that does
+// config, placement, VIPs, DHCP, VRRP, DNS, ports, MTU, node IP. A config that does
 // not load fails the first check and skips the rest.
 func Run(ctx context.Context, path string, opts Options) []Result {
 	opts.defaults()
@@ -85,7 +97,7 @@ func Run(ctx context.Context, path string, opts Options) []Result {
 	first := DecideConfig(path, cfg, err)
 	if err != nil {
 		out := []Result{first}
-		for _, id := range []string{IDPlacement, IDOnPremStack, IDVIPFree, IDDHCP, IDVRRP, IDDNS, IDPort, IDMTU} {
+		for _, id := range []string{IDPlacement, IDOnPremStack, IDVIPFree, IDDHCP, IDVRRP, IDDNS, IDPort, IDMTU, IDNodeIP} {
 			out = append(out, skipped(id, "skipped: the config does not load (see check %s)", IDConfig))
 		}
 		return out
@@ -122,6 +134,7 @@ func RunConfig(ctx context.Context, cfg *cluster.Config, opts Options) []Result 
 		func() []Result { return dnsChecks(ctx, cfg, opts) },
 		func() []Result { return portChecks(ctx, cfg, self, selfErr, opts) },
 		func() []Result { return []Result{mtuCheck(ctx, cfg, ifi, ifErr, self, selfErr, opts)} },
+		func() []Result { return []Result{nodeIPCheck(cfg, self, selfErr, opts)} },
 	}
 	slots := make([][]Result, len(groups))
 	var wg sync.WaitGroup
@@ -365,4 +378,40 @@ func mtuCheck(ctx context.Context, cfg *cluster.Config, ifi *net.Interface, ifEr
 	sizes := ProbeSizes(ifi.MTU)
 	answered, err := ProbePathMTU(ctx, ifi.Name, cfg.Network.Gateway, sizes, opts.ProbeWait)
 	return DecideMTU(MTUObservation{Iface: ifi.Name, MTU: ifi.MTU, Gateway: cfg.Network.Gateway, Answered: answered, Err: err})
+}
+
+// nodeIPCheck predicts the kubelet's node IP from this node's links and
+// routes and its hint file (else the config's hints, which `appliance
+// ignition` writes there). On-prem platforms pass their VIPs to runtimecfg
+// as well; they lie in the same machine networks, so the verdict holds.
+func nodeIPCheck(cfg *cluster.Config, self *cluster.Node, selfErr error, opts Options) Result {
+	if self == nil {
+		if opts.Node != "" {
+			return fail(IDNodeIP, "not checked: %v", selfErr)
+		}
+		return skipped(IDNodeIP, "not checked: the kubelet's node IP is chosen on a node, and this machine is not one of them (%v)", selfErr)
+	}
+	o := NodeIPObservation{Node: self.Name, Source: opts.NodeIPConf}
+	switch b, err := os.ReadFile(opts.NodeIPConf); {
+	case err == nil:
+		h, perr := nodeip.ParseHintFile(b)
+		o.Var, o.Hints, o.HintErr = h.Var, h.Addrs, perr
+		if perr != nil {
+			o.HintErr = fmt.Errorf("%s: %w", opts.NodeIPConf, perr)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		o.Source, o.Hints = hintsFromConfig, cfg.Network.NodeIPHints
+	default:
+		o.Err = err
+	}
+	st, err := nodeip.Read(nil)
+	if err != nil && o.Err == nil {
+		o.Err = err
+	}
+	o.Choice = nodeip.Choose(withoutVIPs(st, cfg), o.Hints, preferIPv6(cfg))
+	if b, err := os.ReadFile(opts.NodeIPPrimary); err == nil {
+		o.Current, _ = netip.ParseAddr(strings.TrimSpace(string(b)))
+	}
+	opts.Log.Debug("preflight: node IP", "source", o.Source, "hints", o.Hints, "choice", o.Choice)
+	return DecideNodeIP(cfg, o)
 }
