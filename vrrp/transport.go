@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 
@@ -29,7 +30,8 @@ type rxFilter struct {
 	vrid     uint8
 	ifIndex  int
 	group    netip.Addr
-	peers    map[netip.Addr]bool // unicast mode when non-empty
+	unicast  bool // accept adverts from peers only
+	peers    map[netip.Addr]bool
 	authType uint8
 	authData [8]byte
 	interval time.Duration
@@ -64,9 +66,6 @@ func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
 	if meta.Src.Is4() != f.group.Is4() {
 		return verdict{Reason: ReasonFamily}
 	}
-	if len(f.peers) > 0 && !f.peers[meta.Src] {
-		return verdict{Reason: ReasonUnknownPeer}
-	}
 	p, err := Parse(payload, meta.Src, meta.Dst)
 	if err != nil {
 		var pe *ParseError
@@ -80,6 +79,11 @@ func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
 	}
 	if p.VRID != f.vrid {
 		return verdict{Reason: ReasonVRID}
+	}
+	// Checked once the advert is known to be on our VRID, so a stranger
+	// here is a router competing for our VIPs, not another cluster's.
+	if f.unicast && !f.peers[meta.Src] {
+		return verdict{Packet: p, Reason: ReasonUnknownPeer}
 	}
 	if f.version == 2 {
 		if !CheckAuth(p, f.authType, f.authData) {
@@ -98,6 +102,16 @@ func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
 		return verdict{Packet: p, Collision: true}
 	}
 	return verdict{Packet: p}
+}
+
+// peerList lists the peers, for logs.
+func (f *rxFilter) peerList() []netip.Addr {
+	out := make([]netip.Addr, 0, len(f.peers))
+	for p := range f.peers {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
 }
 
 // sameAddrs reports whether a and b hold the same set of addresses; want is sorted.
