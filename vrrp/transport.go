@@ -57,7 +57,11 @@ type verdict struct {
 // other VRIDs are normal on a shared segment (API and ingress instances) and
 // are reported with ReasonVRID so they can be counted apart from errors.
 func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
-	if meta.TTL >= 0 && meta.TTL != 255 {
+	// A unicast peer is known by its address, which may be a router away
+	// (masters in several subnets) and is not bound to send with 255:
+	// keepalived sends IPv6 unicast with the default hop limit, and checks
+	// no TTL in unicast itself. Anyone else must be on the link.
+	if meta.TTL >= 0 && meta.TTL != 255 && !(f.unicast && f.peers[meta.Src]) {
 		return verdict{Reason: ReasonTTL}
 	}
 	if f.ifIndex != 0 && meta.IfIndex != 0 && meta.IfIndex != f.ifIndex {

@@ -71,6 +71,8 @@ func TestRxFilter(t *testing.T) {
 		{"unicast from a known peer", unicast(), with(func(m *rxMeta) { m.Dst = self }), mkTo(self, nil), "", false},
 		{"unicast from an unknown peer", unicast(), with(func(m *rxMeta) { m.Src = other }), mkOther(nil), ReasonUnknownPeer, false},
 		{"unicast with no peer yet", lonely(), meta, mk(nil), ReasonUnknownPeer, false},
+		{"unicast peer a router away (ttl 63)", unicast(), with(func(m *rxMeta) { m.Dst = self; m.TTL = 63 }), mkTo(self, nil), "", false},
+		{"stranger a router away is off-link", unicast(), with(func(m *rxMeta) { m.Src = other; m.TTL = 63 }), mkOther(nil), ReasonTTL, false},
 		{"a stranger on another VRID is just another router", unicast(), with(func(m *rxMeta) { m.Src = other }), mkOther(func(p *Packet) { p.VRID = 52 }), ReasonVRID, false},
 		{"a stranger listing other VIPs is still a stranger", unicast(), with(func(m *rxMeta) { m.Src = other }), mkOther(func(p *Packet) { p.Addrs = []netip.Addr{other} }), ReasonUnknownPeer, false},
 		{"bad checksum", v3(), meta, corrupt, ReasonChecksum, false},
