@@ -13,6 +13,11 @@
 // need a firewall rule and is not implemented; Config.Accept only reaches the
 // state machine.
 //
+// Transport: multicast to 224.0.0.18 / ff02::12, or unicast (Config.Unicast)
+// to a set of peers that SetUnicastPeers replaces while the router runs,
+// accepting adverts from those peers only. A unicast IPv6 router sends from
+// a global address, the one its peers list, as keepalived's unicast_src_ip.
+//
 // The package knows nothing of clusters: callers hand it interfaces,
 // addresses, VRIDs and checks.
 package vrrp

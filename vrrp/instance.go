@@ -27,9 +27,14 @@ type Config struct {
 	Accept       bool           // RFC 5798 accept mode (see doc.go: VIPs are always locally accepted today)
 	AuthPass     string         // v2 simple password (at most 8 bytes); empty: no authentication
 	VIPs         []netip.Prefix // all of one family; the prefix length is the one installed
-	UnicastPeers []netip.Addr   // empty: multicast
-	Tracks       []TrackSpec    // weighted checks
-	Label        string         // IPv4 address label suffix, default "vip"
+	// Unicast sends adverts to UnicastPeers only and accepts them only from
+	// those, even while there are none yet (a lone first node, a day-2 node
+	// that has not learned the others): SetUnicastPeers adds them later.
+	// Without it, a non-empty UnicastPeers still means unicast.
+	Unicast      bool
+	UnicastPeers []netip.Addr // where adverts go in unicast
+	Tracks       []TrackSpec  // weighted checks
+	Label        string       // IPv4 address label suffix, default "vip"
 	// AnnounceRefresh repeats gratuitous ARP / unsolicited NA while master; 0: default 60s, <0: off.
 	AnnounceRefresh time.Duration
 	// FaultRetry is how soon an instance that could not install its VIPs tries again (default 5s).
@@ -53,7 +58,38 @@ type Status struct {
 	Collision   string        `json:"collision,omitempty"`
 	Fault       string        `json:"fault,omitempty"`
 	Tracks      []TrackResult `json:"tracks,omitempty"`
+	// Transport is "unicast" or "multicast"; Peers are the unicast peers.
+	Transport string       `json:"transport"`
+	Peers     []netip.Addr `json:"peers,omitempty"`
+	// Strangers are the latest routers heard on our VRID in unicast that
+	// are no peer: their adverts are dropped (unknown_peer), and this is
+	// where a rogue router shows.
+	Strangers []Stranger `json:"strangers,omitempty"`
 }
+
+// Transports, as Status.Transport names them.
+const (
+	TransportUnicast   = "unicast"
+	TransportMulticast = "multicast"
+)
+
+// Stranger is a router that advertised on our VRID without being a unicast
+// peer.
+type Stranger struct {
+	Addr     netip.Addr `json:"addr"`
+	Priority uint8      `json:"priority"` // in its latest advert
+	Count    uint64     `json:"count"`    // adverts dropped
+	First    time.Time  `json:"first"`
+	Last     time.Time  `json:"last"`
+
+	logged time.Time // when it was last logged
+}
+
+// maxStrangers bounds the strangers kept in Status; the oldest leaves.
+const maxStrangers = 8
+
+// strangerLogEvery is how often one stranger is logged again.
+const strangerLogEvery = time.Minute
 
 // Instance runs one virtual router. Create it with New and run it with Run.
 type Instance struct {
@@ -95,7 +131,11 @@ func New(cfg Config, m *Metrics, log *slog.Logger, onChange func(Status)) (*Inst
 	i := &Instance{cfg: cfg, log: log, metrics: m, onChange: onChange,
 		move: make(chan string, 1), peerReq: make(chan []netip.Addr, 1)}
 	i.status = Status{Name: cfg.Name, Interface: cfg.Interface, VRID: cfg.VRID, Version: cfg.Version,
-		VIPs: cfg.VIPs, State: StateInit.String(), Priority: cfg.Priority, Since: time.Now()}
+		VIPs: cfg.VIPs, State: StateInit.String(), Priority: cfg.Priority, Since: time.Now(),
+		Transport: cfg.transport()}
+	if cfg.unicast() {
+		i.status.Peers = cleanPeers(cfg.UnicastPeers, cfg.VIPs[0].Addr().Is6(), netip.Addr{})
+	}
 	return i, nil
 }
 
@@ -146,6 +186,16 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// unicast reports whether the instance advertises by unicast.
+func (c *Config) unicast() bool { return c.Unicast || len(c.UnicastPeers) > 0 }
+
+func (c *Config) transport() string {
+	if c.unicast() {
+		return TransportUnicast
+	}
+	return TransportMulticast
+}
+
 func (c *Config) vipAddrs() []netip.Addr {
 	out := make([]netip.Addr, len(c.VIPs))
 	for i, v := range c.VIPs {
@@ -174,10 +224,10 @@ func (i *Instance) SetInterface(name string) {
 	}
 }
 
-// SetUnicastPeers replaces the unicast peers of an instance configured with
-// unicast peers (a node that joins later becomes a peer without a restart):
-// adverts go to the new set and are accepted only from it. An instance that
-// runs on multicast ignores it. Safe from any goroutine; never blocks.
+// SetUnicastPeers replaces the unicast peers of a unicast instance (a node
+// that joins later becomes a peer without a restart): adverts go to the new
+// set and are accepted only from it. An instance that runs on multicast
+// ignores it. Safe from any goroutine; never blocks.
 func (i *Instance) SetUnicastPeers(peers []netip.Addr) {
 	peers = slices.Clone(peers)
 	for {
@@ -199,7 +249,42 @@ func (i *Instance) Status() Status {
 	defer i.mu.Unlock()
 	s := i.status
 	s.Tracks = slices.Clone(s.Tracks)
+	s.Peers = slices.Clone(s.Peers)
+	s.Strangers = slices.Clone(s.Strangers)
 	return s
+}
+
+// stranger records an advert on our VRID from src, which is no peer, and
+// says whether to log it: the first time, then at most once a minute per
+// source. Called by the receivers; it does not call onChange (a rogue
+// sending fast must not flood the cluster view).
+func (i *Instance) stranger(src netip.Addr, prio uint8, now time.Time) bool {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	ss := i.status.Strangers
+	k := slices.IndexFunc(ss, func(s Stranger) bool { return s.Addr == src })
+	if k < 0 {
+		if len(ss) >= maxStrangers {
+			oldest := 0
+			for j := range ss {
+				if ss[j].Last.Before(ss[oldest].Last) {
+					oldest = j
+				}
+			}
+			ss = slices.Delete(ss, oldest, oldest+1)
+		}
+		ss = append(ss, Stranger{Addr: src, First: now})
+		k = len(ss) - 1
+	}
+	s := &ss[k]
+	s.Priority, s.Last = prio, now
+	s.Count++
+	log := now.Sub(s.logged) >= strangerLogEvery
+	if log {
+		s.logged = now
+	}
+	i.status.Strangers = ss
+	return log
 }
 
 func (i *Instance) updateStatus(f func(*Status)) {
@@ -319,7 +404,7 @@ func (i *Instance) Run(ctx context.Context) error {
 
 func (i *Instance) open() (*runner, error) {
 	cfg := i.cfg
-	r := &runner{Instance: i, peers: cfg.UnicastPeers, want: cfg.Interface,
+	r := &runner{Instance: i, peers: i.Status().Peers, want: cfg.Interface,
 		rx: make(chan received, 16), rxFailed: make(chan rxFailure, 4)}
 	r.dst = MulticastGroupV4
 	if cfg.VIPs[0].Addr().Is6() {
@@ -356,11 +441,13 @@ func (r *runner) attach(name string) error {
 	if err != nil {
 		return fmt.Errorf("vrrp: instance %s: %w", cfg.Name, err)
 	}
-	src, ok := pickSource(addrs, cfg.VIPs, r.dst.Is6(), r.src)
+	src, ok := pickSource(addrs, cfg.VIPs, r.dst.Is6(), cfg.unicast(), r.src)
 	if !ok {
 		fam := "IPv4"
-		if r.dst.Is6() {
+		if r.dst.Is6() && !cfg.unicast() {
 			fam = "IPv6 link-local"
+		} else if r.dst.Is6() {
+			fam = "IPv6 (global, as unicast peers know it)"
 		}
 		return fmt.Errorf("vrrp: %s has no %s address to send adverts from", name, fam)
 	}
@@ -373,7 +460,9 @@ func (r *runner) attach(name string) error {
 	if err != nil {
 		return err
 	}
-	c, err := openConn(context.Background(), ifi, r.dst, len(cfg.UnicastPeers) == 0)
+	// The group is joined in unicast too: nothing is sent there, but a
+	// router on our VRID that is no peer shows up (Status.Strangers).
+	c, err := openConn(context.Background(), ifi, r.dst, true)
 	if err != nil {
 		an.Close()
 		return err
@@ -403,7 +492,8 @@ func (r *runner) filter() *rxFilter {
 	if r.cfg.AuthPass != "" {
 		f.authType, f.authData = AuthTypePass, PassAuth(r.cfg.AuthPass)
 	}
-	if len(r.peers) > 0 {
+	if r.cfg.unicast() {
+		f.unicast = true
 		f.peers = make(map[netip.Addr]bool, len(r.peers))
 		for _, p := range r.peers {
 			f.peers[p] = true
@@ -490,20 +580,25 @@ func (r *runner) startReceiver() {
 
 // setPeers applies SetUnicastPeers.
 func (r *runner) setPeers(peers []netip.Addr) {
-	if len(r.cfg.UnicastPeers) == 0 {
+	if !r.cfg.unicast() {
 		r.log.Warn("ignoring unicast peers: this instance advertises by multicast", "peers", peers)
 		return
 	}
-	v6 := r.dst.Is6()
-	peers = slices.DeleteFunc(peers, func(p netip.Addr) bool { return p.Is6() != v6 || p == r.src })
-	slices.SortFunc(peers, func(a, b netip.Addr) int { return a.Compare(b) })
-	peers = slices.Compact(peers)
+	peers = cleanPeers(peers, r.dst.Is6(), r.src)
 	if slices.Equal(peers, r.peers) {
 		return
 	}
 	r.log.Info("unicast peers changed", "peers", peers, "was", r.peers)
 	r.peers = peers
 	r.filt.Store(r.filter())
+	r.updateStatus(func(s *Status) { s.Peers = slices.Clone(peers) })
+}
+
+// cleanPeers sorts peers of one family without self and repeats.
+func cleanPeers(peers []netip.Addr, v6 bool, self netip.Addr) []netip.Addr {
+	peers = slices.DeleteFunc(slices.Clone(peers), func(p netip.Addr) bool { return p.Is6() != v6 || p == self })
+	slices.SortFunc(peers, func(a, b netip.Addr) int { return a.Compare(b) })
+	return slices.Compact(peers)
 }
 
 // receiverFailed puts the instance in FAULT with its socket closed, and
@@ -594,7 +689,7 @@ func (r *runner) checkAddrs(now time.Time) {
 		r.log.Debug("listing the interface's addresses failed", "err", err)
 		return
 	}
-	src, ok := pickSource(addrs, r.cfg.VIPs, r.dst.Is6(), r.src)
+	src, ok := pickSource(addrs, r.cfg.VIPs, r.dst.Is6(), r.cfg.unicast(), r.src)
 	switch {
 	case !ok && r.noSource == "":
 		r.metrics.repairs.WithLabelValues(r.cfg.Name, repairSourceGone).Inc()
@@ -716,6 +811,12 @@ func (r *runner) receive(gen int, c conn) {
 			return
 		}
 		v := r.filt.Load().check(meta, payload)
+		if v.Reason == ReasonUnknownPeer {
+			if r.stranger(meta.Src, v.Packet.Priority, time.Now()) {
+				r.log.Warn("a router that is no unicast peer advertises on our VRID; its adverts are dropped",
+					"source", meta.Src, "priority", v.Packet.Priority, "peers", r.filt.Load().peerList())
+			}
+		}
 		if v.Reason != "" && !v.Collision {
 			r.metrics.drops.WithLabelValues(name, string(v.Reason)).Inc()
 			continue
@@ -1003,7 +1104,7 @@ func (r *runner) sendAdvert(prio uint8) {
 		p.AuthType, p.AuthData = AuthTypePass, PassAuth(r.cfg.AuthPass)
 	}
 	targets := r.peers
-	if len(targets) == 0 {
+	if !r.cfg.unicast() {
 		targets = []netip.Addr{r.dst}
 	}
 	for _, dst := range targets {

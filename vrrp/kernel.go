@@ -14,15 +14,18 @@ import (
 // pickSource chooses the address adverts are sent from among the interface's
 // addresses: for IPv4 the current one while it is still there, else one
 // inside a VIP's subnet, else any IPv4 address that is not a VIP; for IPv6 the
-// link-local address (RFC 5798 5.1.2.1). ok is false when there is none.
-func pickSource(addrs []netip.Prefix, vips []netip.Prefix, v6 bool, current netip.Addr) (netip.Addr, bool) {
+// link-local address (RFC 5798 5.1.2.1), except in unicast, where it is
+// chosen as for IPv4 among the global addresses: peers know a node by the
+// address it is configured with, and keepalived's unicast_src_ip is that
+// address too. ok is false when there is none.
+func pickSource(addrs []netip.Prefix, vips []netip.Prefix, v6, unicast bool, current netip.Addr) (netip.Addr, bool) {
 	isVIP := func(a netip.Addr) bool {
 		return slices.ContainsFunc(vips, func(v netip.Prefix) bool { return v.Addr() == a })
 	}
 	var inSubnet, fallback netip.Addr
 	for _, p := range addrs {
 		a := p.Addr().Unmap()
-		if v6 {
+		if v6 && !unicast {
 			if a.Is6() && a.IsLinkLocalUnicast() {
 				if a == current || !inSubnet.IsValid() {
 					inSubnet = a
@@ -30,7 +33,7 @@ func pickSource(addrs []netip.Prefix, vips []netip.Prefix, v6 bool, current neti
 			}
 			continue
 		}
-		if !a.Is4() || isVIP(a) {
+		if a.Is4() == v6 || isVIP(a) || (v6 && (a.IsLinkLocalUnicast() || a.IsLoopback())) {
 			continue
 		}
 		if a == current {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,20 +28,25 @@ func TestPickSource(t *testing.T) {
 		addrs   []netip.Prefix
 		vips    []netip.Prefix
 		v6      bool
+		unicast bool
 		current netip.Addr
 		want    string // "" means none
 	}{
-		{"in the VIP's subnet first", p("10.0.0.1/8", "192.168.126.10/24"), vips, false, netip.Addr{}, "192.168.126.10"},
-		{"a VIP is never the source", p("192.168.126.5/24"), vips, false, netip.Addr{}, ""},
-		{"the current one while it stays", p("192.168.126.10/24", "192.168.126.11/24"), vips, false, a("192.168.126.11"), "192.168.126.11"},
-		{"another one when the current one went", p("192.168.126.12/24"), vips, false, a("192.168.126.11"), "192.168.126.12"},
-		{"any IPv4 as a fallback", p("10.0.0.1/8"), vips, false, netip.Addr{}, "10.0.0.1"},
-		{"none", p("fe80::1/64"), vips, false, netip.Addr{}, ""},
-		{"IPv6 sends from link-local", p("fd00::10/64", "fe80::1/64"), vips6, true, netip.Addr{}, "fe80::1"},
-		{"IPv6 without link-local has none", p("fd00::10/64"), vips6, true, netip.Addr{}, ""},
+		{"in the VIP's subnet first", p("10.0.0.1/8", "192.168.126.10/24"), vips, false, false, netip.Addr{}, "192.168.126.10"},
+		{"a VIP is never the source", p("192.168.126.5/24"), vips, false, false, netip.Addr{}, ""},
+		{"the current one while it stays", p("192.168.126.10/24", "192.168.126.11/24"), vips, false, false, a("192.168.126.11"), "192.168.126.11"},
+		{"another one when the current one went", p("192.168.126.12/24"), vips, false, false, a("192.168.126.11"), "192.168.126.12"},
+		{"any IPv4 as a fallback", p("10.0.0.1/8"), vips, false, false, netip.Addr{}, "10.0.0.1"},
+		{"none", p("fe80::1/64"), vips, false, false, netip.Addr{}, ""},
+		{"IPv6 sends from link-local", p("fd00::10/64", "fe80::1/64"), vips6, true, false, netip.Addr{}, "fe80::1"},
+		{"IPv6 without link-local has none", p("fd00::10/64"), vips6, true, false, netip.Addr{}, ""},
+		{"IPv6 unicast sends from the global address", p("fe80::1/64", "fd00::5/64", "fd00::10/64"), vips6, true, true, netip.Addr{}, "fd00::10"},
+		{"IPv6 unicast keeps the current one", p("fd00::10/64", "fd00::11/64"), vips6, true, true, a("fd00::11"), "fd00::11"},
+		{"IPv6 unicast without a global address has none", p("fe80::1/64", "192.168.126.10/24"), vips6, true, true, netip.Addr{}, ""},
+		{"IPv4 unicast as multicast", p("fd00::10/64", "192.168.126.10/24"), vips, false, true, netip.Addr{}, "192.168.126.10"},
 	}
 	for _, c := range cases {
-		got, ok := pickSource(c.addrs, c.vips, c.v6, c.current)
+		got, ok := pickSource(c.addrs, c.vips, c.v6, c.unicast, c.current)
 		if (c.want == "") == ok || (ok && got.String() != c.want) {
 			t.Errorf("%s: got %v %v, want %q", c.name, got, ok, c.want)
 		}
@@ -138,6 +144,7 @@ func TestSetUnicastPeers(t *testing.T) {
 	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
 	r, conn, _ := newTestRunner(t, vips)
 	a := netip.MustParseAddr
+	r.cfg.Unicast = true
 	r.cfg.UnicastPeers = []netip.Addr{a("192.168.126.11")}
 	r.peers = r.cfg.UnicastPeers
 	r.filt.Store(r.filter())
@@ -148,6 +155,9 @@ func TestSetUnicastPeers(t *testing.T) {
 	if f := r.filt.Load(); !f.peers[a("192.168.126.12")] || f.peers[a("192.168.126.10")] {
 		t.Errorf("filter peers %v", f.peers)
 	}
+	if st := r.Status(); fmt.Sprint(st.Peers) != "[192.168.126.11 192.168.126.12]" {
+		t.Errorf("status peers %v", st.Peers)
+	}
 	r.sendAdvert(100)
 	if got := fmt.Sprint(conn.dsts); got != "[192.168.126.11 192.168.126.12]" {
 		t.Errorf("advert sent to %s", got)
@@ -157,5 +167,65 @@ func TestSetUnicastPeers(t *testing.T) {
 	m.setPeers([]netip.Addr{a("192.168.126.12")})
 	if len(m.peers) != 0 {
 		t.Errorf("a multicast instance took unicast peers %v", m.peers)
+	}
+}
+
+// A unicast instance with no peer yet (a lone first node) becomes master
+// and sends nothing until SetUnicastPeers gives it someone to tell.
+func TestUnicastWithoutPeers(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, conn, _ := newTestRunner(t, vips)
+	in, err := New(Config{Name: "api-v4", Interface: "eth0", VRID: 51, Version: 3, Priority: 100,
+		Interval: 100 * time.Millisecond, Preempt: true, VIPs: []netip.Prefix{testVIP}, Unicast: true},
+		NewMetrics(nil), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Instance = in
+	r.filt.Store(r.filter())
+	becomeMaster(r, time.Unix(1000, 0))
+	if r.m.State() != StateMaster || !vips.held[testVIP] {
+		t.Fatalf("state %s, VIP held %v: a lone unicast router should hold its VIP", r.m.State(), vips.held[testVIP])
+	}
+	if len(conn.dsts) != 0 {
+		t.Errorf("adverts sent to %v with no peer: none should go anywhere, least of all the multicast group", conn.dsts)
+	}
+	if f := r.filt.Load(); !f.unicast {
+		t.Error("the filter accepts anyone: with no peer yet every advert is a stranger's")
+	}
+	r.setPeers([]netip.Addr{netip.MustParseAddr("192.168.126.11")})
+	r.sendAdvert(100)
+	if got := fmt.Sprint(conn.dsts); got != "[192.168.126.11]" {
+		t.Errorf("advert sent to %s after the peer came", got)
+	}
+	if st := r.Status(); st.Transport != TransportUnicast || fmt.Sprint(st.Peers) != "[192.168.126.11]" {
+		t.Errorf("status transport %q peers %v", st.Transport, st.Peers)
+	}
+}
+
+// Strangers are kept per source with a count, logged once a minute, and
+// the oldest leaves when too many are kept.
+func TestStrangers(t *testing.T) {
+	r, _, _ := newTestRunner(t, &fakeVIPs{held: map[netip.Prefix]bool{}})
+	t0 := time.Unix(1000, 0)
+	rogue := netip.MustParseAddr("192.168.126.66")
+	var logs []bool
+	for i := range 3 {
+		logs = append(logs, r.stranger(rogue, 255, t0.Add(time.Duration(i)*time.Second)))
+	}
+	logs = append(logs, r.stranger(rogue, 254, t0.Add(time.Minute+time.Second)))
+	if fmt.Sprint(logs) != "[true false false true]" {
+		t.Errorf("logged %v: want the first advert and then one a minute", logs)
+	}
+	st := r.Status().Strangers
+	if len(st) != 1 || st[0].Addr != rogue || st[0].Count != 4 || st[0].Priority != 254 || !st[0].First.Equal(t0) {
+		t.Fatalf("strangers %+v", st)
+	}
+	for i := range maxStrangers {
+		r.stranger(netip.AddrFrom4([4]byte{192, 168, 126, byte(100 + i)}), 100, t0.Add(2*time.Minute+time.Duration(i)*time.Second))
+	}
+	st = r.Status().Strangers
+	if len(st) != maxStrangers || slices.ContainsFunc(st, func(s Stranger) bool { return s.Addr == rogue }) {
+		t.Errorf("strangers %d, rogue kept %v: the oldest should leave", len(st), st)
 	}
 }

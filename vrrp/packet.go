@@ -12,7 +12,8 @@ import (
 // ProtocolNumber is the IP protocol number of VRRP (both versions).
 const ProtocolNumber = 112
 
-// Multicast groups adverts are sent to unless unicast peers are configured.
+// Multicast groups adverts are sent to in multicast (Config.Unicast off and
+// no UnicastPeers); in unicast they are still joined, to see strangers.
 var (
 	MulticastGroupV4 = netip.MustParseAddr("224.0.0.18")
 	MulticastGroupV6 = netip.MustParseAddr("ff02::12")
@@ -55,7 +56,7 @@ const (
 	ReasonAuth        DropReason = "auth"         // v2 authentication mismatch
 	ReasonTTL         DropReason = "ttl"          // TTL / hop limit is not 255
 	ReasonVRID        DropReason = "vrid"         // advert for another virtual router
-	ReasonUnknownPeer DropReason = "unknown_peer" // unicast mode: sender is not a configured peer
+	ReasonUnknownPeer DropReason = "unknown_peer" // unicast: an advert on our VRID from no peer
 )
 
 // DropReasons lists every reason defined by the codec, so a metric can be

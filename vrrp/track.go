@@ -280,20 +280,38 @@ func (s *TrackSet) Adjust(base uint8) (prio uint8, fault bool) {
 	if base == 255 {
 		return 255, s.fault()
 	}
-	p := int(base)
+	var rs []TrackResult
 	if s != nil {
 		s.mu.Lock()
-		for _, t := range s.tracks {
-			switch w := t.spec.Weight; {
-			case w > 0 && t.healthy():
-				p += w
-			case w < 0 && !t.healthy():
-				p += w
-			case w == 0 && !t.healthy():
-				fault = true
-			}
+		rs = make([]TrackResult, len(s.tracks))
+		for i, t := range s.tracks {
+			rs[i] = TrackResult{Weight: t.spec.Weight, Healthy: t.healthy()}
 		}
 		s.mu.Unlock()
+	}
+	return Effective(base, rs)
+}
+
+// Effective is the priority a router of base priority advertises with
+// tracks in the given health, and whether it is in FAULT, by keepalived's
+// rules: a positive weight is added while healthy, a negative one while
+// failing, a failing weight-0 track means FAULT; the result stays within
+// 1..254 (255, the address owner, is never adjusted). It is what Adjust
+// applies, for callers that reason about priorities without running checks.
+func Effective(base uint8, tracks []TrackResult) (prio uint8, fault bool) {
+	p := int(base)
+	for _, t := range tracks {
+		switch w := t.Weight; {
+		case w > 0 && t.Healthy:
+			p += w
+		case w < 0 && !t.Healthy:
+			p += w
+		case w == 0 && !t.Healthy:
+			fault = true
+		}
+	}
+	if base == 255 {
+		return 255, fault
 	}
 	return uint8(min(max(p, 1), 254)), fault
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"time"
 
@@ -29,7 +30,8 @@ type rxFilter struct {
 	vrid     uint8
 	ifIndex  int
 	group    netip.Addr
-	peers    map[netip.Addr]bool // unicast mode when non-empty
+	unicast  bool // accept adverts from peers only
+	peers    map[netip.Addr]bool
 	authType uint8
 	authData [8]byte
 	interval time.Duration
@@ -55,7 +57,11 @@ type verdict struct {
 // other VRIDs are normal on a shared segment (API and ingress instances) and
 // are reported with ReasonVRID so they can be counted apart from errors.
 func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
-	if meta.TTL >= 0 && meta.TTL != 255 {
+	// A unicast peer is known by its address, which may be a router away
+	// (masters in several subnets) and is not bound to send with 255:
+	// keepalived sends IPv6 unicast with the default hop limit, and checks
+	// no TTL in unicast itself. Anyone else must be on the link.
+	if meta.TTL >= 0 && meta.TTL != 255 && !(f.unicast && f.peers[meta.Src]) {
 		return verdict{Reason: ReasonTTL}
 	}
 	if f.ifIndex != 0 && meta.IfIndex != 0 && meta.IfIndex != f.ifIndex {
@@ -63,9 +69,6 @@ func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
 	}
 	if meta.Src.Is4() != f.group.Is4() {
 		return verdict{Reason: ReasonFamily}
-	}
-	if len(f.peers) > 0 && !f.peers[meta.Src] {
-		return verdict{Reason: ReasonUnknownPeer}
 	}
 	p, err := Parse(payload, meta.Src, meta.Dst)
 	if err != nil {
@@ -80,6 +83,11 @@ func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
 	}
 	if p.VRID != f.vrid {
 		return verdict{Reason: ReasonVRID}
+	}
+	// Checked once the advert is known to be on our VRID, so a stranger
+	// here is a router competing for our VIPs, not another cluster's.
+	if f.unicast && !f.peers[meta.Src] {
+		return verdict{Packet: p, Reason: ReasonUnknownPeer}
 	}
 	if f.version == 2 {
 		if !CheckAuth(p, f.authType, f.authData) {
@@ -98,6 +106,16 @@ func (f *rxFilter) check(meta rxMeta, payload []byte) verdict {
 		return verdict{Packet: p, Collision: true}
 	}
 	return verdict{Packet: p}
+}
+
+// peerList lists the peers, for logs.
+func (f *rxFilter) peerList() []netip.Addr {
+	out := make([]netip.Addr, 0, len(f.peers))
+	for p := range f.peers {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b netip.Addr) int { return a.Compare(b) })
+	return out
 }
 
 // sameAddrs reports whether a and b hold the same set of addresses; want is sorted.

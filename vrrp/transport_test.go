@@ -11,18 +11,21 @@ func TestRxFilter(t *testing.T) {
 	self := netip.MustParseAddr("192.168.126.10")
 	vip := netip.MustParseAddr("192.168.126.5")
 	other := netip.MustParseAddr("192.168.126.99")
-	mkTo := func(dst netip.Addr, mut func(*Packet)) []byte {
+	mkFromTo := func(from, dst netip.Addr, mut func(*Packet)) []byte {
 		p := Packet{Version: 3, VRID: 51, Priority: 100, Interval: 100 * time.Millisecond, Addrs: []netip.Addr{vip}}
 		if mut != nil {
 			mut(&p)
 		}
-		b, err := p.Marshal(src, dst)
+		b, err := p.Marshal(from, dst)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
+	mkTo := func(dst netip.Addr, mut func(*Packet)) []byte { return mkFromTo(src, dst, mut) }
 	mk := func(mut func(*Packet)) []byte { return mkTo(MulticastGroupV4, mut) }
+	// A stranger's advert: its checksum covers its own source.
+	mkOther := func(mut func(*Packet)) []byte { return mkFromTo(other, MulticastGroupV4, mut) }
 	v3 := func() *rxFilter {
 		return &rxFilter{version: 3, vrid: 51, ifIndex: 2, group: MulticastGroupV4,
 			interval: 100 * time.Millisecond, vips: []netip.Addr{vip}}
@@ -41,7 +44,12 @@ func TestRxFilter(t *testing.T) {
 	with := func(mut func(*rxMeta)) rxMeta { m := meta; mut(&m); return m }
 	unicast := func() *rxFilter {
 		f := v3()
-		f.peers = map[netip.Addr]bool{src: true}
+		f.unicast, f.peers = true, map[netip.Addr]bool{src: true}
+		return f
+	}
+	lonely := func() *rxFilter { // unicast before any peer is known
+		f := v3()
+		f.unicast, f.peers = true, map[netip.Addr]bool{}
 		return f
 	}
 	corrupt := mk(nil)
@@ -61,7 +69,12 @@ func TestRxFilter(t *testing.T) {
 		{"unknown ifindex is fine", v3(), with(func(m *rxMeta) { m.IfIndex = 0 }), mk(nil), "", false},
 		{"v6 source on a v4 router", v3(), with(func(m *rxMeta) { m.Src = netip.MustParseAddr("fe80::1") }), mk(nil), ReasonFamily, false},
 		{"unicast from a known peer", unicast(), with(func(m *rxMeta) { m.Dst = self }), mkTo(self, nil), "", false},
-		{"unicast from an unknown peer", unicast(), with(func(m *rxMeta) { m.Src = other }), mk(nil), ReasonUnknownPeer, false},
+		{"unicast from an unknown peer", unicast(), with(func(m *rxMeta) { m.Src = other }), mkOther(nil), ReasonUnknownPeer, false},
+		{"unicast with no peer yet", lonely(), meta, mk(nil), ReasonUnknownPeer, false},
+		{"unicast peer a router away (ttl 63)", unicast(), with(func(m *rxMeta) { m.Dst = self; m.TTL = 63 }), mkTo(self, nil), "", false},
+		{"stranger a router away is off-link", unicast(), with(func(m *rxMeta) { m.Src = other; m.TTL = 63 }), mkOther(nil), ReasonTTL, false},
+		{"a stranger on another VRID is just another router", unicast(), with(func(m *rxMeta) { m.Src = other }), mkOther(func(p *Packet) { p.VRID = 52 }), ReasonVRID, false},
+		{"a stranger listing other VIPs is still a stranger", unicast(), with(func(m *rxMeta) { m.Src = other }), mkOther(func(p *Packet) { p.Addrs = []netip.Addr{other} }), ReasonUnknownPeer, false},
 		{"bad checksum", v3(), meta, corrupt, ReasonChecksum, false},
 		{"truncated", v3(), meta, mk(nil)[:6], ReasonShort, false},
 		{"other VRID", v3(), meta, mk(func(p *Packet) { p.VRID = 52 }), ReasonVRID, false},

@@ -54,9 +54,10 @@ func startRenderedKeepalived(t *testing.T, n *netlab.Node, conf, name string) *n
 // TestRenderedKeepalivedSharesVIPWithAppliance: two masters of one cluster,
 // one running keepalived from `appliance render`'s master file, the other
 // `appliance vip` from the same config. They hold the API VIP together, one
-// at a time, and hand it over both ways: in native mode (VRRPv3, 100 ms,
-// multicast, an IPv4 and an IPv6 VIP) and in keepalived-openshift mode (VRRPv2, 1 s, PASS auth,
-// unicast peers that include the node's own address).
+// at a time, and hand it over both ways: in native mode (VRRPv3, 100 ms, an
+// IPv4 and an IPv6 VIP) by unicast, the default, and by multicast, and in
+// keepalived-openshift mode (VRRPv2, 1 s, PASS auth) by unicast, with
+// vrrp.unicastPeers naming the nodes' own addresses too.
 func TestRenderedKeepalivedSharesVIPWithAppliance(t *testing.T) {
 	const v6VIP = "fd00:126::5"
 	for _, mode := range []struct {
@@ -65,6 +66,7 @@ func TestRenderedKeepalivedSharesVIPWithAppliance(t *testing.T) {
 		dualStack  bool
 	}{
 		{"native", "vrrp: {mode: native}", 500 * time.Millisecond, true},
+		{"native-multicast", "vrrp: {mode: native, transport: multicast}", 500 * time.Millisecond, true},
 		// VRRPv2 carries IPv4 only: this mode is tested on IPv4.
 		{"keepalived-openshift", "vrrp: {mode: keepalived-openshift, unicastPeers: [%s, %s]}", 4 * time.Second, false},
 	} {
@@ -133,6 +135,9 @@ nodes:
 					t.Errorf("%s heard its own adverts:\n%s", p, out)
 				}
 			}
+			// Each side heard the other from the address it was told:
+			// keepalived sends from its unicast_src_ip (for IPv6 too).
+			assertNoDrops(t, procs["appliance"], "unknown_peer")
 		})
 	}
 }

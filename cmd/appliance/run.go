@@ -102,7 +102,7 @@ configured node keeps its configured role.`,
 	fl.StringVar(&f.apiListen, "api-listen", d.API.Listen, "API proxy listener (VIP:6443 is redirected here)")
 	fl.StringVar(&f.mcsListen, "mcs-listen", d.MCS.Listen, "Machine Config Server proxy listener (VIP:22623 is redirected here)")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "watch the Kubernetes Nodes as members with this kubeconfig (default: the kubelet's, when present; it must be allowed to list and watch Nodes)")
-	fl.StringVar(&f.readyz, "bootstrap-readyz", node.DefaultAPIServerReadyz, "on the bootstrap node: its own apiserver's readiness, which its API VIP follows")
+	fl.StringVar(&f.readyz, "bootstrap-readyz", node.DefaultAPIServerReadyz, "the node's own apiserver readiness, which the bootstrap's API VIP follows (and a master's in keepalived-openshift mode)")
 	fl.StringVar(&f.manifests, "kubelet-manifests", node.DefaultKubeletManifests, "the kubelet's static pod folder: run refuses to start next to OpenShift's own keepalived, haproxy or coredns pod there (\"\" skips the check)")
 	fl.StringVar(&f.dhcpLeases, "dhcp-leases", cluster.DefaultDHCPLeaseFile, "lease file of the DHCP pool when dhcp.enabled (default dhcp.leaseFile)")
 	return cmd

@@ -266,13 +266,17 @@ func (p *statusPrinter) vips(raw json.RawMessage) {
 		p.out.WriteString("no virtual router\n")
 		return
 	}
-	tw := p.table("INSTANCE", "VIP", "VRID", "STATE", "PRIO", "MASTER", "SINCE", "NOTES")
+	tw := p.table("INSTANCE", "VIP", "VRID", "STATE", "PRIO", "MASTER", "SINCE", "TRANSPORT", "NOTES")
 	for _, v := range vips {
 		var notes []string
 		for _, s := range []string{v.Fault, v.Collision} {
 			if s != "" {
 				notes = append(notes, s)
 			}
+		}
+		for _, s := range v.Strangers {
+			notes = append(notes, fmt.Sprintf("%s is no peer: %d adverts dropped (priority %d, last %s)",
+				s.Addr, s.Count, s.Priority, p.ago(s.Last)))
 		}
 		if v.Predecessor.IsValid() {
 			notes = append(notes, "handed over by "+v.Predecessor.String())
@@ -287,9 +291,23 @@ func (p *statusPrinter) vips(raw json.RawMessage) {
 			}
 		}
 		row(tw, v.Name, joinText(v.VIPs), strconv.Itoa(int(v.VRID)), v.State, strconv.Itoa(int(v.Priority)),
-			addrText(v.Master), p.ago(v.Since), strings.Join(notes, "; "))
+			addrText(v.Master), p.ago(v.Since), transportText(v), strings.Join(notes, "; "))
 	}
 	tw.Flush()
+}
+
+// transportText is how a router's adverts travel: "multicast", or
+// "unicast to" its peers.
+func transportText(v vrrp.Status) string {
+	switch {
+	case v.Transport == vrrp.TransportUnicast && len(v.Peers) == 0:
+		return "unicast, no peer yet"
+	case v.Transport == vrrp.TransportUnicast:
+		return "unicast to " + joinText(v.Peers)
+	case v.Transport == "":
+		return "-"
+	}
+	return v.Transport
 }
 
 func (p *statusPrinter) lb(raw json.RawMessage) {

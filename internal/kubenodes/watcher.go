@@ -78,21 +78,24 @@ type Status struct {
 // Watcher keeps the Nodes of the Kubernetes API in a cluster.State. It is
 // a service: Run watches until its context ends.
 type Watcher struct {
-	state    *cluster.State
-	log      *slog.Logger
-	opts     Options
-	server   string
-	client   kubernetes.Interface
-	http     *http.Client
-	running  atomic.Bool
-	synced   atomic.Bool
-	mu       sync.Mutex
-	known    map[string]cluster.Member // what this source last put in the State, by name
-	api      apiState                  // how the last request went
-	down     time.Time
-	lastSync time.Time
-	lastErr  string
-	waiting  bool // the kubeconfig is not loaded yet; Run waits for it
+	state   *cluster.State
+	log     *slog.Logger
+	opts    Options
+	server  string
+	client  kubernetes.Interface
+	http    *http.Client
+	running atomic.Bool
+	synced  atomic.Bool
+	mu      sync.Mutex
+	known   map[string]cluster.Member // what this source last put in the State, by name
+	// nodeNames maps a member to its Node's name (with the domain, if the
+	// kubelet registered with it), for queries about one Node.
+	nodeNames map[string]string
+	api       apiState // how the last request went
+	down      time.Time
+	lastSync  time.Time
+	lastErr   string
+	waiting   bool // the kubeconfig is not loaded yet; Run waits for it
 }
 
 // kubeconfigPoll is how often Run looks for a kubeconfig that is not there
@@ -117,7 +120,7 @@ func New(state *cluster.State, opts Options, log *slog.Logger) (*Watcher, error)
 	w := &Watcher{
 		state: state, opts: opts, server: opts.LocalServer,
 		log:   log.With("component", "kubenodes"),
-		known: map[string]cluster.Member{},
+		known: map[string]cluster.Member{}, nodeNames: map[string]string{},
 	}
 	if _, err := os.Stat(opts.Kubeconfig); errors.Is(err, fs.ErrNotExist) {
 		// Not written yet: Run waits for it.
@@ -376,6 +379,7 @@ func (w *Watcher) upsert(obj any) {
 	w.mu.Lock()
 	old, had := w.known[m.Name]
 	w.known[m.Name] = m
+	w.nodeNames[m.Name] = n.Name
 	w.lastSync = time.Now()
 	w.mu.Unlock()
 	w.state.UpsertMember(m)
@@ -423,6 +427,7 @@ func (w *Watcher) remove(name string) {
 	w.mu.Lock()
 	_, had := w.known[name]
 	delete(w.known, name)
+	delete(w.nodeNames, name)
 	w.lastSync = time.Now()
 	w.mu.Unlock()
 	if w.state.RemoveMember(name, cluster.SourceKubernetes) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,9 +22,15 @@ import (
 	"appliance/vrrp"
 )
 
-// DefaultAPIServerReadyz is the bootstrap's own apiserver, tracked by its
-// API VIP: it listens on every address of the node, loopback included.
+// DefaultAPIServerReadyz is the node's own apiserver, tracked by the
+// bootstrap's API VIP (and a master's in keepalived-openshift mode): it
+// listens on every address of the node, loopback included.
 const DefaultAPIServerReadyz = "https://127.0.0.1:6443/readyz"
+
+// DefaultMCSHealthz is the node's own Machine Config Server, tracked by a
+// master's API VIP in keepalived-openshift mode (MCO's chk_mcs): the
+// address and path the LB checks its MCS backends on.
+const DefaultMCSHealthz = "https://127.0.0.1:22623/healthz"
 
 // Options configure a node's run.
 type Options struct {
@@ -38,9 +46,12 @@ type Options struct {
 	LB *lb.Options
 	// DNS is the DNS server's options; MDNS is filled in from the config.
 	DNS dnsserver.Options
-	// APIServerReadyz is the bootstrap's own apiserver readiness; "" means
+	// APIServerReadyz is the node's own apiserver readiness; "" means
 	// DefaultAPIServerReadyz.
 	APIServerReadyz string
+	// MCSHealthz is the node's own Machine Config Server health; "" means
+	// DefaultMCSHealthz.
+	MCSHealthz string
 	// TrackInterval is how often the VIPs' tracks probe; 0: vrrp's default.
 	TrackInterval time.Duration
 	// Kubeconfig, when set, adds the Kubernetes Nodes as members (day-2
@@ -176,29 +187,15 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 }
 
 func (n *Node) buildVIPs(opts Options) error {
-	var p Probes
-	if n.lb != nil {
-		p.LB = func(vip netip.Addr) vrrp.Probe {
-			return vrrp.FuncProbe(func(context.Context) error { return n.lb.ServingVIP(vip) })
-		}
-	}
-	if n.self.Role == cluster.RoleBootstrap {
-		u := opts.APIServerReadyz
-		if u == "" {
-			u = DefaultAPIServerReadyz
-		}
-		p.APIServer = vrrp.HTTPProbe{URL: u, InsecureSkipVerify: true}
-	}
-	if n.plan.IngressVIP {
-		p.IngressPort = vrrp.HTTPProbe{URL: n.cfg.VRRP.IngressHealthURL}
-	}
-	cfgs := VRRPConfigs(n.cfg, n.self, n.plan, n.view.Interface, p)
+	cfgs := VRRPConfigs(n.cfg, n.self, n.plan, n.view.Interface, n.probes(opts))
 	vrids := map[string]uint8{}
 	kinds := map[string]cluster.VIPKind{}
 	n.kinds = kinds
 	for i := range cfgs {
 		for j := range cfgs[i].Tracks {
-			cfgs[i].Tracks[j].Interval = opts.TrackInterval
+			if opts.TrackInterval > 0 {
+				cfgs[i].Tracks[j].Interval = opts.TrackInterval
+			}
 		}
 		k, err := kindOf(cfgs[i].Name)
 		if err != nil {
@@ -212,6 +209,59 @@ func (n *Node) buildVIPs(opts Options) error {
 	var err error
 	n.vips, err = NewVIPs(cfgs, vrrp.NewMetrics(n.reg), n.log, onChange)
 	return err
+}
+
+// probes builds the checks the node's virtual routers track from the
+// services it runs.
+func (n *Node) probes(opts Options) Probes {
+	var p Probes
+	compat := n.cfg.VRRP.Mode == cluster.VRRPModeKeepalivedOpenShift
+	if n.lb != nil {
+		p.LB = func(vip netip.Addr) vrrp.Probe {
+			return vrrp.FuncProbe(func(context.Context) error { return n.lb.ServingVIP(vip) })
+		}
+	}
+	if n.self.Role == cluster.RoleBootstrap || (compat && n.self.Role == cluster.RoleMaster) {
+		u := opts.APIServerReadyz
+		if u == "" {
+			u = DefaultAPIServerReadyz
+		}
+		p.APIServer = vrrp.HTTPProbe{URL: u, InsecureSkipVerify: true}
+	}
+	if n.plan.IngressVIP {
+		p.IngressPort = vrrp.HTTPProbe{URL: n.cfg.VRRP.IngressHealthURL}
+	}
+	if !compat {
+		return p
+	}
+	if n.self.Role == cluster.RoleMaster {
+		u := opts.MCSHealthz
+		if u == "" {
+			u = DefaultMCSHealthz
+		}
+		p.MCS = vrrp.HTTPProbe{URL: u, InsecureSkipVerify: true}
+	}
+	if n.plan.IngressVIP {
+		p.RouterAlive = vrrp.HTTPProbe{URL: RouterAliveURL(n.cfg.VRRP.IngressHealthURL)}
+		if n.nodes != nil {
+			// Without a kubeconfig the node cannot tell, and is scored as
+			// a keepalived node without the default router.
+			p.DefaultRouter = vrrp.FuncProbe(n.nodes.DefaultRouterHere(n.self.Name))
+		}
+	}
+	return p
+}
+
+// RouterAliveURL is the router's liveness (MCO's chk_ingress: /healthz)
+// beside its readiness URL (/healthz/ready): the same server with the
+// path's "/ready" cut.
+func RouterAliveURL(ready string) string {
+	u, err := url.Parse(ready)
+	if err != nil {
+		return ready
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/ready")
+	return u.String()
 }
 
 // Plan is what this node runs.
@@ -239,7 +289,7 @@ func (n *Node) Stages() []service.Stage {
 		stages = append(stages, last)
 	}
 	var sources service.Stage
-	if n.vips != nil && len(n.cfg.VRRP.UnicastPeers) > 0 {
+	if n.vips != nil && n.cfg.Unicast() {
 		sources = append(sources, service.Func{ID: "vrrp-peers", RunFunc: n.followPeers})
 	}
 	if n.nodes != nil {
@@ -267,8 +317,9 @@ func (n *Node) Stages() []service.Stage {
 }
 
 // followPeers keeps the unicast peers of every virtual router in step with
-// the members: a node that joins (through the Kubernetes API or mDNS)
-// becomes a peer, one that leaves stops being one.
+// the members: a node that joins (through the Kubernetes API, or mDNS once
+// its claim passed dnsserver's checks) becomes a peer, one that leaves
+// stops being one.
 func (n *Node) followPeers(ctx context.Context) error {
 	for snap := range n.state.Subscribe(ctx) {
 		self := n.view.Addrs()

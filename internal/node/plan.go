@@ -1,10 +1,12 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"appliance/internal/cluster"
 	"appliance/vrrp"
@@ -63,15 +65,77 @@ const (
 	WeightBootstrapAPIServer = -20
 )
 
+// Track weights in keepalived-openshift mode: those of the vrrp_scripts in
+// the Machine Config Operator's keepalived templates, so an appliance node
+// and a keepalived node of the same role and health advertise the same
+// priority and a mixed cluster elects as an all-keepalived one would.
+//
+//	chk_ocp_lb          +20  the LB serves: haproxy_ready and the iptables rule exist
+//	chk_ocp_both         +5  the LB serves, or the local apiserver's /readyz passes
+//	chk_mcs              +3  the local Machine Config Server runs
+//	chk_ingress           0  the router's /healthz (FAULT while failing)
+//	chk_ingress_ready   +10  the router's /healthz/ready
+//	chk_default_ingress +50  a pod of the default router runs on this node
+//
+// MCO's bootstrap holds 70 with no check at all, above any master (at most
+// 40+20+5+3 = 68) for as long as it lives, even after its own apiserver has
+// stopped. The appliance's bootstrap keeps that 70 while it serves, so a
+// healthy one still wins as keepalived's does, and steps down when it
+// cannot: its apiserver's /readyz failing takes 40 off (30, below every
+// master's base 40, so any master takes the API over), its LB not serving
+// the VIP takes 10 off (60, below every master whose LB serves, at least
+// 65, and above every master whose LB does not, at most 48).
+const (
+	CompatWeightLB                 = 20
+	CompatWeightLBOrAPIServer      = 5
+	CompatWeightMCS                = 3
+	CompatWeightRouterAlive        = 0
+	CompatWeightRouterReady        = 10
+	CompatWeightDefaultRouter      = 50
+	CompatWeightBootstrapAPIServer = -40
+	CompatWeightBootstrapLB        = -10
+)
+
+// Names of the tracks in /status. In keepalived-openshift mode each names
+// the vrrp_script it stands for in a comment.
+const (
+	TrackLB                 = "lb"                  // chk_ocp_lb
+	TrackLBOrAPIServer      = "lb-or-apiserver"     // chk_ocp_both
+	TrackMCS                = "mcs"                 // chk_mcs
+	TrackBootstrapAPIServer = "bootstrap-apiserver" // none: keepalived's bootstrap tracks nothing
+	TrackRouter             = "router"              // native: the ingress health URL, weight 0
+	TrackRouterAlive        = "router-alive"        // chk_ingress
+	TrackRouterReady        = "router-ready"        // chk_ingress_ready
+	TrackDefaultRouter      = "default-router"      // chk_default_ingress
+)
+
 // Probes are the checks the VRRP instances track, built by the caller from
 // the services that run (nil: that check is not tracked).
 type Probes struct {
 	// LB says whether the local LB serves a VIP's traffic (its family has a
 	// healthy backend and the redirect is installed).
-	LB          func(vip netip.Addr) vrrp.Probe
-	APIServer   vrrp.Probe // the bootstrap's own apiserver /readyz
-	IngressPort vrrp.Probe // the ingress router's readiness
+	LB func(vip netip.Addr) vrrp.Probe
+	// APIServer is the node's own apiserver's /readyz: the bootstrap's
+	// handover, and in keepalived-openshift mode a master's chk_ocp_both.
+	APIServer vrrp.Probe
+	// IngressPort is the ingress router's readiness (vrrp.ingressHealthURL).
+	IngressPort vrrp.Probe
+	// keepalived-openshift mode only: the local Machine Config Server, the
+	// router's liveness (/healthz), and whether the default router runs on
+	// this node.
+	MCS           vrrp.Probe
+	RouterAlive   vrrp.Probe
+	DefaultRouter vrrp.Probe
 }
+
+// Rise and fall of MCO's checks, kept in keepalived-openshift mode so a
+// check moves an appliance node's priority after as many probes as it
+// moves a keepalived node's; the intervals are theirs too.
+var (
+	compatAPICheck     = vrrp.TrackSpec{Interval: 2 * time.Second, Rise: 3, Fall: 3}
+	compatRouterCheck  = vrrp.TrackSpec{Interval: time.Second, Rise: 3, Fall: 2}
+	compatDefaultCheck = vrrp.TrackSpec{Interval: 5 * time.Second, Rise: 3, Fall: 2}
+)
 
 // VRRPConfigs derives the node's virtual routers: one per VIP kind and
 // family from the config, on iface, with the tracks that tie them to the
@@ -86,26 +150,90 @@ func VRRPConfigs(cfg *cluster.Config, self cluster.Node, plan Plan, iface string
 			Name: in.Name, Interface: iface, VRID: in.VRID, Version: uint8(in.Version),
 			Priority: in.Priority, Interval: in.Interval, Preempt: in.Preempt,
 			PreemptDelay: in.PreemptDelay, Accept: true, AuthPass: in.AuthPass,
-			VIPs: []netip.Prefix{in.VIP}, UnicastPeers: in.UnicastPeers,
+			VIPs: []netip.Prefix{in.VIP}, Unicast: in.Unicast, UnicastPeers: in.UnicastPeers,
 		}
-		switch in.Kind {
-		case cluster.VIPAPI:
-			if p.LB != nil {
-				c.Tracks = append(c.Tracks, vrrp.TrackSpec{Name: "lb", Probe: p.LB(in.VIP.Addr()), Weight: WeightLB})
-			}
-			if self.Role == cluster.RoleBootstrap && p.APIServer != nil {
-				c.Tracks = append(c.Tracks, vrrp.TrackSpec{Name: "bootstrap-apiserver", Probe: p.APIServer, Weight: WeightBootstrapAPIServer})
-			}
-		case cluster.VIPIngress:
-			if p.IngressPort != nil {
-				// Weight 0: FAULT while the router is not ready; a node
-				// without a router never holds the ingress VIP.
-				c.Tracks = append(c.Tracks, vrrp.TrackSpec{Name: "router", Probe: p.IngressPort, Weight: 0})
-			}
+		if cfg.VRRP.Mode == cluster.VRRPModeKeepalivedOpenShift {
+			c.Tracks = compatTracks(in, self.Role, p)
+		} else {
+			c.Tracks = nativeTracks(in, self.Role, p)
 		}
 		out = append(out, c)
 	}
 	return out
+}
+
+func nativeTracks(in cluster.VIPInstance, role cluster.Role, p Probes) []vrrp.TrackSpec {
+	var ts []vrrp.TrackSpec
+	switch in.Kind {
+	case cluster.VIPAPI:
+		if p.LB != nil {
+			ts = append(ts, vrrp.TrackSpec{Name: TrackLB, Probe: p.LB(in.VIP.Addr()), Weight: WeightLB})
+		}
+		if role == cluster.RoleBootstrap && p.APIServer != nil {
+			ts = append(ts, vrrp.TrackSpec{Name: TrackBootstrapAPIServer, Probe: p.APIServer, Weight: WeightBootstrapAPIServer})
+		}
+	case cluster.VIPIngress:
+		if p.IngressPort != nil {
+			// Weight 0: FAULT while the router is not ready; a node
+			// without a router never holds the ingress VIP.
+			ts = append(ts, vrrp.TrackSpec{Name: TrackRouter, Probe: p.IngressPort, Weight: 0})
+		}
+	}
+	return ts
+}
+
+// compatTracks mirrors MCO's vrrp_scripts with the appliance's own probes
+// (see CompatWeightLB). A probe the caller could not build is left out, as
+// a check that never passes would be: the priority is then what keepalived
+// gives a node where that check fails.
+func compatTracks(in cluster.VIPInstance, role cluster.Role, p Probes) []vrrp.TrackSpec {
+	var ts []vrrp.TrackSpec
+	add := func(like vrrp.TrackSpec, name string, probe vrrp.Probe, weight int) {
+		if probe == nil {
+			return
+		}
+		like.Name, like.Probe, like.Weight = name, probe, weight
+		ts = append(ts, like)
+	}
+	var lb vrrp.Probe
+	if p.LB != nil {
+		lb = p.LB(in.VIP.Addr())
+	}
+	switch {
+	case in.Kind == cluster.VIPAPI && role == cluster.RoleBootstrap:
+		add(compatAPICheck, TrackLB, lb, CompatWeightBootstrapLB)
+		add(compatAPICheck, TrackBootstrapAPIServer, p.APIServer, CompatWeightBootstrapAPIServer)
+	case in.Kind == cluster.VIPAPI:
+		add(compatAPICheck, TrackLB, lb, CompatWeightLB)
+		add(compatAPICheck, TrackLBOrAPIServer, eitherProbe(lb, p.APIServer), CompatWeightLBOrAPIServer)
+		add(compatAPICheck, TrackMCS, p.MCS, CompatWeightMCS)
+	case in.Kind == cluster.VIPIngress:
+		add(compatRouterCheck, TrackRouterAlive, p.RouterAlive, CompatWeightRouterAlive)
+		add(compatRouterCheck, TrackRouterReady, p.IngressPort, CompatWeightRouterReady)
+		add(compatDefaultCheck, TrackDefaultRouter, p.DefaultRouter, CompatWeightDefaultRouter)
+	}
+	return ts
+}
+
+// eitherProbe passes when a passes or, failing that, b does (chk_ocp_both's
+// "LB || apiserver"); nil probes are left out, and none at all is nil.
+func eitherProbe(a, b vrrp.Probe) vrrp.Probe {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return vrrp.FuncProbe(func(ctx context.Context) error {
+		errA := a.Probe(ctx)
+		if errA == nil {
+			return nil
+		}
+		if errB := b.Probe(ctx); errB != nil {
+			return fmt.Errorf("%w; and %w", errA, errB)
+		}
+		return nil
+	})
 }
 
 // unicastPeers lists where an instance of kind and family sends its adverts

@@ -169,3 +169,35 @@ func TestUnicastPeers(t *testing.T) {
 		}
 	}
 }
+
+// Every router runs unicast unless the config says multicast, with the
+// configured nodes of its roles as its first peers.
+func TestVRRPConfigsTransport(t *testing.T) {
+	for _, c := range []struct {
+		extra   string
+		unicast bool
+		peers   string
+	}{
+		{"", true, "[192.168.126.9]"},
+		{"vrrp: {transport: multicast}\n", false, "[]"},
+	} {
+		cfg := parse(t, planConfig+c.extra)
+		self, _ := cfg.NodeByName("master-0")
+		cs := VRRPConfigs(cfg, self, PlanFor(cfg, self.Role), "eth0", Probes{})
+		if cs[0].Name != "api-v4" || cs[0].Unicast != c.unicast || fmt.Sprint(cs[0].UnicastPeers) != c.peers {
+			t.Errorf("%q: %s unicast %v peers %v, want %v %s", c.extra, cs[0].Name, cs[0].Unicast, cs[0].UnicastPeers, c.unicast, c.peers)
+		}
+	}
+}
+
+func TestRouterAliveURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:1936/healthz/ready": "http://127.0.0.1:1936/healthz",
+		"http://localhost:1936/healthz":       "http://localhost:1936/healthz",
+		"http://[::1]:8080/ready":             "http://[::1]:8080",
+	} {
+		if got := RouterAliveURL(in); got != want {
+			t.Errorf("RouterAliveURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -12,8 +12,10 @@ import (
 // Keepalived returns keepalived/ROLE/keepalived.conf for each node role
 // that holds a VIP: the virtual routers cluster.Config.VIPInstances gives a
 // node of that role (VRIDs, priorities, VRRP version, advert interval,
-// authentication, preemption, unicast peers), so keepalived nodes and
-// `appliance vip` nodes share one VIP. keepalived needs the interface by
+// authentication, preemption, and the transport: unicast, as the appliance
+// and OpenShift's keepalived run by default, from each node's own address
+// to the configured nodes that take part and vrrp.unicastPeers), so
+// keepalived nodes and `appliance vip` nodes share one VIP. keepalived needs the interface by
 // name; when neither network.interface nor Options.Interface gives it, no
 // file is written and the returned note says why.
 func Keepalived(cfg *cluster.Config, opts Options) ([]File, string) {
@@ -34,8 +36,9 @@ func Keepalived(cfg *cluster.Config, opts Options) ([]File, string) {
 		b.WriteString(header("#", cfg, opts, "keepalived configuration for the "+string(role)+" nodes"))
 		b.WriteString("# Install it as /etc/keepalived/keepalived.conf on every " + string(role) + " node;\n" +
 			"# the VIPs fail over between these nodes and nodes running `appliance vip`.\n")
-		if len(cfg.VRRP.UnicastPeers) > 0 {
-			b.WriteString("# Lines starting @^NAME are left out on node NAME: run keepalived with -i NAME\n" +
+		if cfg.Unicast() {
+			b.WriteString("# Adverts go by unicast to the nodes listed. Lines starting @NAME are read only on\n" +
+				"# node NAME, lines starting @^NAME everywhere else: run keepalived with -i NAME\n" +
 				"# (the node's name in the config) unless its host name is exactly that.\n")
 		}
 		fmt.Fprintf(&b, "\nglobal_defs {\n\trouter_id %s_%s\n}\n", cfg.Cluster.Name, role)
@@ -51,7 +54,26 @@ func Keepalived(cfg *cluster.Config, opts Options) ([]File, string) {
 			if in.AuthPass != "" {
 				fmt.Fprintf(&b, "\tauthentication {\n\t\tauth_type PASS\n\t\tauth_pass %s\n\t}\n", in.AuthPass)
 			}
-			if len(in.UnicastPeers) > 0 {
+			if in.Unicast {
+				// Each node sends from the address the others know it
+				// by; for IPv6, keepalived would otherwise use the
+				// link-local one, which no peer lists.
+				for _, n := range cfg.Nodes {
+					if n.Role != role {
+						continue
+					}
+					for _, a := range n.IPs {
+						if a.Is6() == in.VIP.Addr().Is6() {
+							fmt.Fprintf(&b, "\t@%s unicast_src_ip %s\n", n.Name, a)
+							break
+						}
+					}
+				}
+			}
+			if in.Unicast && len(in.UnicastPeers) == 0 {
+				b.WriteString("\t# unicast, but no node of this role and family is configured: add nodes or vrrp.unicastPeers\n")
+			}
+			if in.Unicast && len(in.UnicastPeers) > 0 {
 				b.WriteString("\tunicast_peer {\n")
 				for _, p := range in.UnicastPeers {
 					// "@^NAME line": keepalived skips the line on the node
