@@ -181,13 +181,19 @@ func TestDecideVRRP(t *testing.T) {
 		{"silence", "", nil, nil, StatusPass, []string{"no other VRRP router"}},
 		{"our own router", "", []Advert{ourAPI}, nil, StatusPass, []string{"VRIDs 10 (api) and 11 (ingress) are free"}},
 		{"other VRID", "", []Advert{elsewhere}, nil, StatusPass, []string{"VRIDs 12"}},
-		{"clash", "", []Advert{other, other, elsewhere}, nil, StatusFail,
+		{"clash", "  transport: multicast\n", []Advert{other, other, elsewhere}, nil, StatusFail,
 			[]string{"VRID 11 (our ingress VRID) is used by 192.168.126.200", "192.168.126.222", "free here: 13, 14, 15", "vrrp.ingressVRID"}},
-		{"clash on API VRID with our VIP plus another", "", []Advert{{Source: a("192.168.126.202"), VRID: 10, Version: 3,
+		{"clash on API VRID with our VIP plus another", "  transport: multicast\n", []Advert{{Source: a("192.168.126.202"), VRID: 10, Version: 3,
 			Addrs: []netip.Addr{a("192.168.126.5"), a("192.168.126.7")}}}, nil, StatusFail, []string{"VRID 10 (our api VRID)"}},
+		{"clash, unicast (the default) only warns", "", []Advert{other}, nil, StatusWarn,
+			[]string{"VRID 11 (our ingress VRID) is used by 192.168.126.200", "unicast among the cluster's nodes and drop these adverts"}},
+		{"our VIP from no node of ours", "", []Advert{{Source: a("192.168.126.250"), VRID: 10, Version: 2, Priority: 255,
+			Addrs: []netip.Addr{a("192.168.126.5")}}}, nil, StatusFail, []string{"our own VIPs, from 192.168.126.250, which is no configured node"}},
+		{"our VIP from a configured extra peer", "  unicastPeers: [192.168.126.250]\n", []Advert{{Source: a("192.168.126.250"), VRID: 10, Version: 2,
+			Addrs: []netip.Addr{a("192.168.126.5")}}}, nil, StatusPass, []string{"are free"}},
 		{"same VRID, other family", "", []Advert{{Source: a("fe80::1"), VRID: 11, Version: 3, Addrs: []netip.Addr{a("fd00::222")}}}, nil,
 			StatusPass, []string{"VRIDs 11, none clashing"}},
-		{"unicast only warns", "  unicastPeers: [192.168.126.10, 192.168.126.20]\n", []Advert{other}, nil, StatusWarn, []string{"unicast"}},
+		{"unicast with extra peers only warns", "  unicastPeers: [192.168.126.30]\n", []Advert{other}, nil, StatusWarn, []string{"unicast"}},
 		{"no socket", "", nil, errors.New("operation not permitted"), StatusWarn, []string{"operation not permitted"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -215,7 +221,7 @@ func TestDecideVRRPCompatSuggestsRename(t *testing.T) {
 		t.Fatal(err)
 	}
 	ad := Advert{Source: a("192.168.126.200"), VRID: cfg.VRRP.APIVRID, Version: 2, Addrs: []netip.Addr{a("192.168.126.222")}}
-	expect(t, DecideVRRP(cfg, VRRPObservation{Iface: "eth0", Adverts: []Advert{ad}}), IDVRRP, StatusFail, "rename the cluster")
+	expect(t, DecideVRRP(cfg, VRRPObservation{Iface: "eth0", Adverts: []Advert{ad}}), IDVRRP, StatusWarn, "rename the cluster")
 }
 
 func TestFreeVRIDs(t *testing.T) {

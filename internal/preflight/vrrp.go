@@ -30,10 +30,13 @@ type VRRPObservation struct {
 // DecideVRRP fails when a router that is not this cluster's advertises on
 // one of our VRIDs: two virtual routers with one VRID fight over the same
 // virtual MAC and each drops the other's adverts as misconfigured. A router
-// counts as ours when it advertises only our VIPs of that kind. With unicast
-// peers our routers ignore multicast strangers, so a clash only warns.
-// The message names each clashing VRID, source and VIPs, and suggests
-// VRIDs nobody was heard on.
+// counts as ours when it advertises only our VIPs of that kind, from a
+// configured node's address (any address when no nodes are configured and
+// members are discovered). On the unicast transport our routers drop a
+// stranger's adverts, so a stranger with other VIPs only warns; one that
+// advertises our own VIPs fails in either transport, since it puts them on
+// its own host and answers ARP for them. The message names each clashing
+// VRID, source and VIPs, and suggests VRIDs nobody was heard on.
 func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 	if o.Err != nil {
 		return warn(IDVRRP, "did not listen for VRRP on %s: %v", o.Iface, o.Err)
@@ -43,9 +46,10 @@ func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 		cfg.VRRP.IngressVRID: cluster.VIPIngress,
 	}
 	type clash struct {
-		vrid uint8
-		kind cluster.VIPKind
-		a    Advert
+		vrid  uint8
+		kind  cluster.VIPKind
+		a     Advert
+		rogue bool // it advertises our VIPs, from no node of ours
 	}
 	var clashes []clash
 	used := map[uint8]bool{}
@@ -55,7 +59,11 @@ func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 		kind, mine := ourVRIDs[a.VRID]
 		// IPv4 and IPv6 virtual routers are separate even with one VRID
 		// (their virtual MACs differ), so only our family's router clashes.
-		if !mine || !hasFamily(cfg.VIPsFor(kind), a.Source) || onlyOurs(a.Addrs, cfg.VIPsFor(kind)) {
+		if !mine || !hasFamily(cfg.VIPsFor(kind), a.Source) {
+			continue
+		}
+		ours := onlyOurs(a.Addrs, cfg.VIPsFor(kind))
+		if ours && fromOurNode(cfg, a.Source) {
 			continue
 		}
 		key := fmt.Sprintf("%d/%s", a.VRID, a.Source)
@@ -63,7 +71,7 @@ func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 			continue
 		}
 		seen[key] = true
-		clashes = append(clashes, clash{a.VRID, kind, a})
+		clashes = append(clashes, clash{a.VRID, kind, a, ours})
 	}
 	d := map[string]any{"interface": o.Iface, "window": o.Window.String(), "adverts": o.Adverts,
 		"apiVRID": cfg.VRRP.APIVRID, "ingressVRID": cfg.VRRP.IngressVRID}
@@ -78,20 +86,36 @@ func DecideVRRP(cfg *cluster.Config, o VRRPObservation) Result {
 	free := FreeVRIDs(used, ourVRIDs, 3)
 	d["freeVRIDs"] = free
 	lines := make([]string, len(clashes))
+	rogue := false
 	for i, c := range clashes {
 		lines[i] = fmt.Sprintf("VRID %d (our %s VRID) is used by %s (VRRPv%d, priority %d) for %s",
 			c.vrid, c.kind, c.a.Source, c.a.Version, c.a.Priority, joinAddrs(c.a.Addrs))
+		if c.rogue {
+			rogue = true
+			lines[i] += fmt.Sprintf(": our own VIPs, from %s, which is no configured node; it holds them on its own host, so stop it", c.a.Source)
+		}
 	}
 	fix := fmt.Sprintf("set vrrp.apiVRID / vrrp.ingressVRID to free ones (free here: %s)", joinInts(free))
 	if cfg.VRRP.Mode == cluster.VRRPModeKeepalivedOpenShift {
 		fix = fmt.Sprintf("%s mode derives VRIDs from cluster.name, so rename the cluster or move the other router (free here: %s)",
 			cluster.VRRPModeKeepalivedOpenShift, joinInts(free))
 	}
-	if len(cfg.VRRP.UnicastPeers) > 0 {
-		return warn(IDVRRP, "%s\nour routers use unicast peers and ignore these adverts, but the virtual MACs still clash; %s",
+	if cfg.Unicast() && !rogue {
+		return warn(IDVRRP, "%s\nour routers advertise by unicast among the cluster's nodes and drop these adverts, but two routers on one VRID confuse whoever reads the segment; %s",
 			strings.Join(lines, "\n"), fix).with(d)
 	}
 	return fail(IDVRRP, "%s\n%s", strings.Join(lines, "\n"), fix).with(d)
+}
+
+// fromOurNode reports whether src is a configured node's address or a
+// configured unicast peer; with no nodes configured (members discovered),
+// any source may be ours.
+func fromOurNode(cfg *cluster.Config, src netip.Addr) bool {
+	if len(cfg.Nodes) == 0 {
+		return true
+	}
+	_, ok := cfg.NodeByAddr(src)
+	return ok || slices.Contains(cfg.VRRP.UnicastPeers, src)
 }
 
 func hasFamily(vips []netip.Addr, a netip.Addr) bool {
