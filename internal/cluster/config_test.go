@@ -246,7 +246,7 @@ func TestParseBad(t *testing.T) {
 		{name: "dns mdns not bool", muts: []mut{{"dns.mdns", "on"}}, wantPath: "dns.mdns", wantMsg: "want true or false"},
 		{name: "dns unknown field", muts: []mut{{"dns.listen", ":53"}}, wantPath: "dns.listen", wantMsg: "unknown field"},
 		{name: "dns allowFrom not a CIDR", muts: []mut{{"dns.allowFrom", []any{"10.128.0.0/14", "pods"}}}, wantPath: "dns.allowFrom[1]", wantMsg: `"pods" is not a CIDR`},
-		{name: "dns allowFrom no length", muts: []mut{{"dns.allowFrom", []any{"10.0.0.7"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "want 10.0.0.7/32 for this one client"},
+		{name: "dns allowFrom no length", muts: []mut{{"dns.allowFrom", []any{"10.0.0.7"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "want 10.0.0.7/32 for this one address"},
 		{name: "dns allowFrom host bits", muts: []mut{{"dns.allowFrom", []any{"10.128.0.1/14"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "did you mean 10.128.0.0/14?"},
 		{name: "dns allowFrom everyone", muts: []mut{{"dns.allowFrom", []any{"::/0"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "open resolver"},
 		{name: "dns allowFrom mapped", muts: []mut{{"dns.allowFrom", []any{"::ffff:10.0.0.0/104"}}}, wantPath: "dns.allowFrom[0]", wantMsg: "write it as IPv4"},

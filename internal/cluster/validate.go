@@ -141,26 +141,35 @@ func (v *validator) lbAndDNS(r *rawConfig, c *Config) {
 func (v *validator) dnsAllowFrom(r *rawConfig, c *Config) {
 	for i, s := range r.DNS.AllowFrom {
 		p := fmt.Sprintf("dns.allowFrom[%d]", i)
-		pfx, err := netip.ParsePrefix(s)
-		switch {
-		case s == "":
-			v.add(p, "is empty (want a client network like 10.128.0.0/14)")
-		case err != nil:
-			if a, err := netip.ParseAddr(s); err == nil {
-				v.add(p, "%q has no prefix length (want %s/%d for this one client, or its network)", s, a.WithZone(""), a.BitLen())
-			} else {
-				v.add(p, "%q is not a CIDR (want e.g. 10.128.0.0/14 or fd01::/48)", s)
-			}
-		case pfx.Addr().Is4In6():
-			v.add(p, "%q is an IPv4-mapped IPv6 prefix; write it as IPv4", s)
-		case pfx != pfx.Masked():
-			v.add(p, "%q has host bits set (did you mean %s?)", s, pfx.Masked())
-		case pfx.Bits() == 0:
-			v.add(p, "%s lets every client use the DNS, an open resolver; list the networks that need it", pfx)
-		default:
+		if pfx, ok := v.clientNet(p, s, "a client network", "lets every client use the DNS, an open resolver; list the networks that need it"); ok {
 			c.DNS.AllowFrom = append(c.DNS.AllowFrom, pfx)
 		}
 	}
+}
+
+// clientNet parses one network of clients (dns.allowFrom, a pod network):
+// a CIDR without host bits, never everyone (whyNotAll says why not).
+func (v *validator) clientNet(path, s, what, whyNotAll string) (netip.Prefix, bool) {
+	pfx, err := netip.ParsePrefix(s)
+	switch {
+	case s == "":
+		v.add(path, "is empty (want %s like 10.128.0.0/14)", what)
+	case err != nil:
+		if a, err := netip.ParseAddr(s); err == nil {
+			v.add(path, "%q has no prefix length (want %s/%d for this one address, or its network)", s, a.WithZone(""), a.BitLen())
+		} else {
+			v.add(path, "%q is not a CIDR (want e.g. 10.128.0.0/14 or fd01::/48)", s)
+		}
+	case pfx.Addr().Is4In6():
+		v.add(path, "%q is an IPv4-mapped IPv6 prefix; write it as IPv4", s)
+	case pfx != pfx.Masked():
+		v.add(path, "%q has host bits set (did you mean %s?)", s, pfx.Masked())
+	case pfx.Bits() == 0:
+		v.add(path, "%s %s", pfx, whyNotAll)
+	default:
+		return pfx, true
+	}
+	return netip.Prefix{}, false
 }
 
 func (v *validator) dhcp(r *rawConfig, c *Config) {
@@ -587,19 +596,7 @@ func (v *validator) clusterNetworks(r *rawConfig, c *Config, vips map[netip.Addr
 	var list []entry
 	for i, s := range r.Network.ClusterNetwork {
 		p := fmt.Sprintf("network.clusterNetwork[%d]", i)
-		pfx, err := netip.ParsePrefix(s)
-		switch {
-		case s == "":
-			v.add(p, "is empty (want the pods' network, e.g. 10.128.0.0/14)")
-		case err != nil:
-			v.add(p, "%q is not a CIDR (want e.g. 10.128.0.0/14 or fd01::/48)", s)
-		case pfx.Addr().Is4In6():
-			v.add(p, "%q is an IPv4-mapped IPv6 prefix; write it as IPv4", s)
-		case pfx != pfx.Masked():
-			v.add(p, "%q has host bits set (did you mean %s?)", s, pfx.Masked())
-		case pfx.Bits() == 0:
-			v.add(p, "%s covers every address; give the cluster's pod network itself", pfx)
-		default:
+		if pfx, ok := v.clientNet(p, s, "the pods' network", "covers every address; give the cluster's pod network itself"); ok {
 			list = append(list, entry{path: p, pfx: pfx})
 		}
 	}
