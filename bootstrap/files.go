@@ -37,7 +37,7 @@ const NodeIPHintPath = nodeip.HintFilePath
 func Owned(path string) bool { return slices.Contains(OwnedPaths, path) }
 
 // RoleServices says what a role's nodes run, as `appliance run` decides it
-// (cmd wires internal/node's plan here).
+// (cmd wires app/node's plan here).
 type RoleServices struct {
 	// Runs is true when the role's nodes run the static pod at all.
 	Runs bool

@@ -45,7 +45,7 @@ func mustParse(t testing.TB, doc string) *cluster.Config {
 	return cfg
 }
 
-// testServices stands in for internal/node's plan (cmd wires the real one):
+// testServices stands in for app/node's plan (cmd wires the real one):
 // bootstrap and masters run everything, workers run DNS.
 func testServices(role cluster.Role) RoleServices { return RoleServices{Runs: true, DNS: true} }
 

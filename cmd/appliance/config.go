@@ -6,7 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"appliance/internal/cluster"
-	"appliance/internal/preflight"
+	"appliance/app/preflight"
 )
 
 func newConfigCmd() *cobra.Command {

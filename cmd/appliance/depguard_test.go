@@ -63,57 +63,145 @@ func TestDependencyGuard(t *testing.T) {
 	}
 }
 
-// TestLayering enforces DESIGN.md's dependency direction: services never import
-// each other, internal/cluster imports no service, and no grab-bag package exists.
-func TestLayering(t *testing.T) {
-	const mod = "appliance/"
-	services := []string{"vrrp", "dnsserver", "lb", "dhcp", "bootstrap", "platform", "images"}
-	top := func(pkg string) string {
-		rest := strings.TrimPrefix(pkg, mod)
-		if i := strings.IndexByte(rest, '/'); i >= 0 && !strings.HasPrefix(rest, "internal/") && !strings.HasPrefix(rest, "cmd/") {
-			return rest[:i]
+// Layers of the module, bottom up (DESIGN.md): the foundation under
+// internal/, the services, the compositions under app/, the whole-system
+// tests in e2e/, and the commands under cmd/.
+const (
+	layerFoundation = "foundation"
+	layerService    = "service"
+	layerApp        = "app"
+	layerE2E        = "e2e"
+	layerCmd        = "cmd"
+)
+
+// services are the top-level service packages.
+var services = []string{"vrrp", "dnsserver", "lb", "dhcp", "bootstrap", "platform", "images"}
+
+// unit names the package a module path belongs to for layering purposes
+// (a service with its sub-packages, internal/X, app/X, cmd/X, e2e) and its
+// layer.
+func unit(pkg string) (name, layer string) {
+	rest := strings.TrimPrefix(pkg, "appliance/")
+	parts := strings.Split(rest, "/")
+	switch parts[0] {
+	case "internal", "app", "cmd":
+		if len(parts) < 2 {
+			return rest, ""
 		}
-		if strings.HasPrefix(rest, "internal/") {
-			parts := strings.SplitN(rest, "/", 3)
-			if len(parts) >= 2 {
-				return parts[0] + "/" + parts[1]
-			}
-		}
-		return rest
+		layer := map[string]string{"internal": layerFoundation, "app": layerApp, "cmd": layerCmd}[parts[0]]
+		return parts[0] + "/" + parts[1], layer
+	case "e2e":
+		return "e2e", layerE2E
 	}
-	isService := func(name string) bool {
-		for _, s := range services {
-			if name == s {
-				return true
-			}
+	for _, s := range services {
+		if parts[0] == s {
+			return s, layerService
 		}
+	}
+	return rest, ""
+}
+
+// mayImport says whether a package of layer from may import one of layer
+// to (units differ): each layer imports only the layers below it; services
+// never import each other, and compositions never import each other.
+func mayImport(from, to string) bool {
+	rank := map[string]int{layerFoundation: 0, layerService: 1, layerApp: 2, layerE2E: 3, layerCmd: 3}
+	switch {
+	case from == layerService && to == layerService, from == layerApp && to == layerApp:
+		return false
+	case to == layerE2E || to == layerCmd:
 		return false
 	}
+	return rank[to] < rank[from] || (from == layerFoundation && to == layerFoundation)
+}
+
+// TestLayering enforces DESIGN.md's dependency direction: the foundation
+// (internal/) imports no service and no composition; services never import
+// each other nor a composition; a composition (app/) never imports another;
+// nothing imports a command or the whole-system tests; only app/provision
+// joins the platforms, the images and the node files; no grab-bag package.
+func TestLayering(t *testing.T) {
+	const mod = "appliance/"
 	for pkg, imports := range goList(t, "0", "appliance/...") {
 		if !strings.HasPrefix(pkg, mod) {
 			continue
 		}
-		from := top(pkg)
+		from, fromLayer := unit(pkg)
+		if fromLayer == "" {
+			t.Errorf("%s belongs to no layer: put it under internal/ (below the services), among the services, or under app/ (above them); see DESIGN.md", pkg)
+		}
 		for _, seg := range strings.Split(strings.TrimPrefix(pkg, mod), "/") {
 			switch seg {
 			case "utils", "util", "common", "pkg", "helpers", "misc":
 				t.Errorf("%s: a %q package means a responsibility has no home yet", pkg, seg)
 			}
 		}
+		joins := map[string]bool{}
 		for _, imp := range imports {
 			if !strings.HasPrefix(imp, mod) {
 				continue
 			}
-			to := top(imp)
-			switch {
-			case from == to:
-			case isService(from) && isService(to):
-				t.Errorf("%s imports %s: services never import each other; wire them in cmd/appliance", pkg, imp)
-			case from == "internal/cluster" && (isService(to) || strings.HasPrefix(to, "cmd")):
-				t.Errorf("%s imports %s: the cluster model imports no service", pkg, imp)
-			case strings.HasPrefix(to, "cmd"):
-				t.Errorf("%s imports %s: nothing imports a command", pkg, imp)
+			to, toLayer := unit(imp)
+			if s, _ := unit(imp); s == "platform" || s == "images" || s == "bootstrap" {
+				joins[s] = true
 			}
+			if from == to || mayImport(fromLayer, toLayer) {
+				continue
+			}
+			t.Errorf("%s (%s) imports %s (%s): %s", pkg, fromLayer, imp, toLayer, layerRule(fromLayer, toLayer))
+		}
+		if len(joins) == 3 && from != "app/provision" {
+			t.Errorf("%s imports platform, images and bootstrap together: that composition is app/provision's alone", pkg)
+		}
+	}
+}
+
+// layerRule says which rule an import breaks.
+func layerRule(from, to string) string {
+	switch {
+	case to == layerCmd:
+		return "nothing imports a command"
+	case to == layerE2E:
+		return "nothing imports the whole-system tests"
+	case from == layerService && to == layerService:
+		return "services never import each other; compose them under app/"
+	case from == layerApp && to == layerApp:
+		return "one composition never imports another; move what both need below the services (internal/) or into a service"
+	case from == layerFoundation:
+		return "the foundation (internal/) imports no service and no composition"
+	}
+	return "a layer imports only the layers below it"
+}
+
+// TestLayerRules pins the rules themselves, so a slip in unit or mayImport
+// cannot pass every import silently.
+func TestLayerRules(t *testing.T) {
+	for _, c := range []struct {
+		pkg, name, layer string
+	}{
+		{"appliance/internal/cluster", "internal/cluster", layerFoundation},
+		{"appliance/internal/netlab/netlabtest", "internal/netlab", layerFoundation},
+		{"appliance/platform/kubevirt/kubevirttest", "platform", layerService},
+		{"appliance/app/node", "app/node", layerApp},
+		{"appliance/cmd/appliance", "cmd/appliance", layerCmd},
+		{"appliance/e2e", "e2e", layerE2E},
+		{"appliance/stray", "stray", ""},
+	} {
+		if n, l := unit(c.pkg); n != c.name || l != c.layer {
+			t.Errorf("unit(%s) = %s, %s; want %s, %s", c.pkg, n, l, c.name, c.layer)
+		}
+	}
+	for _, c := range []struct {
+		from, to string
+		ok       bool
+	}{
+		{layerFoundation, layerFoundation, true}, {layerFoundation, layerService, false}, {layerFoundation, layerApp, false},
+		{layerService, layerFoundation, true}, {layerService, layerService, false}, {layerService, layerApp, false},
+		{layerApp, layerService, true}, {layerApp, layerFoundation, true}, {layerApp, layerApp, false},
+		{layerE2E, layerApp, true}, {layerCmd, layerApp, true}, {layerCmd, layerE2E, false}, {layerApp, layerCmd, false},
+	} {
+		if got := mayImport(c.from, c.to); got != c.ok {
+			t.Errorf("mayImport(%s, %s) = %v, want %v", c.from, c.to, got, c.ok)
 		}
 	}
 }

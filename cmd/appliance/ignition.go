@@ -7,7 +7,7 @@ import (
 
 	"appliance/bootstrap"
 	"appliance/internal/cluster"
-	"appliance/internal/node"
+	"appliance/app/node"
 	"appliance/lb"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"appliance/internal/cluster"
-	"appliance/internal/lab"
+	"appliance/app/lab"
 )
 
 type labFlags struct {

@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"appliance/internal/lab"
+	"appliance/app/lab"
 )
 
 // The lab's stand-ins for what OpenShift runs next to the appliance; the

@@ -8,7 +8,7 @@ import (
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
-	"appliance/internal/node"
+	"appliance/app/node"
 	"appliance/internal/service"
 	"appliance/lb"
 )

@@ -11,7 +11,7 @@ import (
 
 	"appliance/dhcp"
 	"appliance/dnsserver"
-	pf "appliance/internal/preflight"
+	pf "appliance/app/preflight"
 	"appliance/lb"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"appliance/internal/render"
+	"appliance/app/render"
 )
 
 func init() { serviceCmds = append(serviceCmds, newRenderCmd) }

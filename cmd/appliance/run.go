@@ -10,7 +10,7 @@ import (
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
 	"appliance/internal/kubenodes"
-	"appliance/internal/node"
+	"appliance/app/node"
 	"appliance/lb"
 )
 

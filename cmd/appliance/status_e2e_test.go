@@ -18,7 +18,7 @@ import (
 
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
-	"appliance/internal/node"
+	"appliance/app/node"
 	"appliance/internal/service"
 	"appliance/lb"
 )

@@ -16,7 +16,7 @@ import (
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
-	"appliance/internal/node"
+	"appliance/app/node"
 	"appliance/lb"
 	"appliance/vrrp"
 )

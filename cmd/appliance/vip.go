@@ -13,7 +13,7 @@ import (
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
-	"appliance/internal/node"
+	"appliance/app/node"
 	"appliance/internal/service"
 	"appliance/vrrp"
 )

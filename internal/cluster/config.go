@@ -301,7 +301,7 @@ func DefaultPriority(role Role, vip VIPKind) uint8 {
 // bootstrap's API router 70 (manifests/on-prem/keepalived.conf.tmpl), a
 // master's API router 40, and every ingress router 20
 // (templates/{master,worker}/00-*/on-prem/files/keepalived-keepalived.yaml).
-// The tracked checks' weights come on top (internal/node). 0 means the role
+// The tracked checks' weights come on top (app/node). 0 means the role
 // does not take part.
 func CompatPriority(role Role, vip VIPKind) uint8 {
 	switch vip {

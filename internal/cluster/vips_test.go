@@ -132,7 +132,7 @@ nodes:
 }
 
 // keepalived-openshift mode starts from the priorities of OpenShift's
-// keepalived templates (the tracks' weights are internal/node's); an
+// keepalived templates (the tracks' weights are app/node's); an
 // explicit vrrp.priority still wins, and a role outside a router stays out.
 func TestPriorityForModes(t *testing.T) {
 	native := mustParseVIPs(t, dualStack)

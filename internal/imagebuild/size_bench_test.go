@@ -27,9 +27,9 @@ var nodeUnused = []struct {
 	{"KubeVirt provider (platform/kubevirt)", []string{"appliance/platform/kubevirt"}},
 	{"the three providers", []string{"appliance/platform/libvirt", "appliance/platform/ovirt", "appliance/platform/kubevirt"}},
 	{"provisioning (platform/..., images)", []string{"appliance/platform", "appliance/images"}},
-	{"lab (internal/lab, internal/netlab)", []string{"appliance/internal/lab", "appliance/internal/netlab"}},
+	{"lab (app/lab, internal/netlab)", []string{"appliance/app/lab", "appliance/internal/netlab"}},
 	{"Ignition and manifests (bootstrap)", []string{"appliance/bootstrap"}},
-	{"all of the above", []string{"appliance/platform", "appliance/images", "appliance/internal/lab", "appliance/internal/netlab", "appliance/bootstrap"}},
+	{"all of the above", []string{"appliance/platform", "appliance/images", "appliance/app/lab", "appliance/internal/netlab", "appliance/bootstrap"}},
 }
 
 // TestBenchNodeImageSize prints what the node binary is made of, by module

@@ -281,13 +281,13 @@ func startKubeAPI(t *testing.T, n *netlab.Node) *kubeAPI {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
-		msg := "no kube-apiserver: run KUBEBUILDER_ASSETS=$(../../../shared/tools/kube-apiserver/build.sh) go test"
+		msg := "no kube-apiserver: run KUBEBUILDER_ASSETS=$(../../shared/tools/kube-apiserver/build.sh) go test"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
-	tools, err := filepath.Abs("../../../shared/tools/kube-apiserver")
+	tools, err := filepath.Abs("../../shared/tools/kube-apiserver")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 // and timed until the name is gone. BENCH_RUNS (10) Nodes, one at a time.
 //
 //	KUBEBUILDER_ASSETS=$(../shared/tools/kube-apiserver/build.sh) BENCH_RUNS=10 \
-//	  go test -count=1 -tags bench -run '^TestBenchDay2NodeDNS$' -v ./internal/node
+//	  go test -count=1 -tags bench -run '^TestBenchDay2NodeDNS$' -v ./app/node
 func TestBenchDay2NodeDNS(t *testing.T) {
 	runs := 10
 	if n, err := strconv.Atoi(os.Getenv("BENCH_RUNS")); err == nil && n > 0 {
