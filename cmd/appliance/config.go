@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"appliance/internal/cluster"
 	"appliance/app/preflight"
+	"appliance/internal/cluster"
 )
 
 func newConfigCmd() *cobra.Command {

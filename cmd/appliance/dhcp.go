@@ -7,11 +7,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"appliance/app/node"
 	"appliance/dhcp"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
-	"appliance/app/node"
 	"appliance/internal/service"
 )
 

@@ -8,11 +8,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"appliance/app/node"
 	"appliance/dnsserver"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
-	"appliance/app/node"
 	"appliance/internal/service"
 )
 

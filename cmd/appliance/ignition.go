@@ -5,9 +5,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"appliance/app/node"
 	"appliance/bootstrap"
 	"appliance/internal/cluster"
-	"appliance/app/node"
 	"appliance/lb"
 )
 

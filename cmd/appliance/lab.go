@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"appliance/internal/cluster"
 	"appliance/app/lab"
+	"appliance/internal/cluster"
 )
 
 type labFlags struct {

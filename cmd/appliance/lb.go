@@ -5,10 +5,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"appliance/app/node"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
-	"appliance/app/node"
 	"appliance/internal/service"
 	"appliance/lb"
 )

@@ -9,9 +9,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	pf "appliance/app/preflight"
 	"appliance/dhcp"
 	"appliance/dnsserver"
-	pf "appliance/app/preflight"
 	"appliance/lb"
 )
 

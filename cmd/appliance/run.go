@@ -7,10 +7,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"appliance/app/node"
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
 	"appliance/internal/kubenodes"
-	"appliance/app/node"
 	"appliance/lb"
 )
 

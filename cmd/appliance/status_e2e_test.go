@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"appliance/app/node"
 	"appliance/internal/admin"
 	"appliance/internal/cluster"
-	"appliance/app/node"
 	"appliance/internal/service"
 	"appliance/lb"
 )

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"appliance/app/node"
 	"appliance/dhcp"
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
 	"appliance/internal/host"
-	"appliance/app/node"
 	"appliance/lb"
 	"appliance/vrrp"
 )
