@@ -14,27 +14,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"appliance/internal/cluster"
 	"appliance/platform"
-)
-
-// Labels and annotations on every object this package creates. Destroy and
-// List select on LabelInfraID only.
-const (
-	LabelInfraID = "appliance.io/infra-id"
-	LabelNode    = "appliance.io/node"
-	LabelRole    = "appliance.io/role"
-	// LabelGroup is "control-plane" (bootstrap and masters) or "compute"
-	// (workers); anti-affinity keeps one group's VMs apart.
-	LabelGroup = "appliance.io/group"
-
-	// AnnotationImageSHA256 and AnnotationImageSource on the golden
-	// DataVolume record which image it holds, so a later run can tell a
-	// finished import of the same image from a stale one.
-	AnnotationImageSHA256 = "appliance.io/image-sha256"
-	AnnotationImageSource = "appliance.io/image-source"
-	// AnnotationIgnitionSHA256 on the Secret records the Ignition digest.
-	AnnotationIgnitionSHA256 = "appliance.io/ignition-sha256"
 )
 
 // CDI annotations on the golden DataVolume: bind at once even with a
@@ -56,12 +36,6 @@ const (
 	maxSecretBytes = 1 << 20
 )
 
-// Groups for LabelGroup.
-const (
-	GroupControlPlane = "control-plane"
-	GroupCompute      = "compute"
-)
-
 // GoldenName is the golden image DataVolume's name.
 func GoldenName(infraID string) string { return infraID + "-rhcos" }
 
@@ -70,24 +44,6 @@ func SecretName(m platform.Machine) string { return m.Name + "-ignition" }
 
 // RootDiskName is the name of m's root disk DataVolume.
 func RootDiskName(m platform.Machine) string { return m.Name + "-rootdisk" }
-
-// group maps a role to the anti-affinity group.
-func group(r cluster.Role) string {
-	if r == cluster.RoleWorker {
-		return GroupCompute
-	}
-	return GroupControlPlane
-}
-
-// machineLabels are the labels on every object made for m.
-func machineLabels(infraID string, m platform.Machine) map[string]string {
-	return map[string]string{
-		LabelInfraID: infraID,
-		LabelNode:    m.Node,
-		LabelRole:    string(m.Role),
-		LabelGroup:   group(m.Role),
-	}
-}
 
 // checkMachine rejects a machine whose names or labels a cluster would
 // refuse, before anything is sent.

@@ -1,10 +1,8 @@
 package kubevirt
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 
 	"k8s.io/client-go/rest"
@@ -135,15 +133,4 @@ func scrubUnknown(err error) string {
 		msg = strings.TrimRight(msg[:i], " :") + " (details withheld: they may quote credentials)"
 	}
 	return msg
-}
-
-// slogWarnings logs API server warnings (deprecations) through slog
-// instead of the client library's global logger.
-type slogWarnings struct{ log *slog.Logger }
-
-func (w slogWarnings) HandleWarningHeaderWithContext(ctx context.Context, code int, _ string, text string) {
-	if code != 299 || text == "" {
-		return
-	}
-	w.log.WarnContext(ctx, "kubevirt: API warning", "warning", text)
 }

@@ -1,6 +1,7 @@
 package kubevirt
 
 import (
+	"context"
 	"log/slog"
 
 	"github.com/go-logr/logr"
@@ -18,4 +19,15 @@ func RouteClientLogs(log *slog.Logger) {
 	// controller-runtime prints a stack trace to stderr when its logger was
 	// never set and something logs through it after 30 s.
 	ctrllog.SetLogger(logr.FromSlogHandler(log.With("component", "controller-runtime").Handler()))
+}
+
+// slogWarnings logs API server warnings (deprecations) through slog
+// instead of the client library's global logger.
+type slogWarnings struct{ log *slog.Logger }
+
+func (w slogWarnings) HandleWarningHeaderWithContext(ctx context.Context, code int, _ string, text string) {
+	if code != 299 || text == "" {
+		return
+	}
+	w.log.WarnContext(ctx, "kubevirt: API warning", "warning", text)
 }

@@ -15,14 +15,6 @@ import (
 // their Ignition config from.
 const IgnitionFWCfgKey = "opt/com.coreos/config"
 
-// Volume purposes recorded in the mark.
-const (
-	purposeDisk        = "disk"
-	purposeIgnition    = "ignition"
-	purposeConfigDrive = "config-drive"
-	purposeBase        = "base"
-)
-
 // poolInfo is what the builders need to know about the storage pool.
 type poolInfo struct {
 	Name string
@@ -78,20 +70,6 @@ type hostSettings struct {
 	Firmware   string // "" (BIOS) or "efi"
 	Network    string // libvirt network name, or
 	Bridge     string // host bridge name
-}
-
-// nodeMark is the mark a node's domain carries.
-func nodeMark(spec *platform.Spec, m platform.Machine, pool poolInfo, complete bool) Mark {
-	v := volumesFor(spec.Image.Flavor, m)
-	mk := Mark{InfraID: spec.InfraID, Kind: kindNode, Node: m.Node, Role: string(m.Role), Complete: complete,
-		Volumes: []MarkVolume{{Pool: pool.Name, Name: v.Disk, Purpose: purposeDisk}}}
-	if v.Ignition != "" {
-		mk.Volumes = append(mk.Volumes, MarkVolume{Pool: pool.Name, Name: v.Ignition, Purpose: purposeIgnition})
-	}
-	if v.ConfigDrive != "" {
-		mk.Volumes = append(mk.Volumes, MarkVolume{Pool: pool.Name, Name: v.ConfigDrive, Purpose: purposeConfigDrive})
-	}
-	return mk
 }
 
 // validateMachine rejects a machine the domain cannot be built from.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"appliance/platform"
 )
 
 // Namespace is the XML namespace of the element this package puts in a
@@ -43,6 +45,28 @@ type MarkVolume struct {
 	// SHA256 and Complete describe a base image upload.
 	SHA256   string
 	Complete bool
+}
+
+// Volume purposes recorded in the mark.
+const (
+	purposeDisk        = "disk"
+	purposeIgnition    = "ignition"
+	purposeConfigDrive = "config-drive"
+	purposeBase        = "base"
+)
+
+// nodeMark is the mark a node's domain carries.
+func nodeMark(spec *platform.Spec, m platform.Machine, pool poolInfo, complete bool) Mark {
+	v := volumesFor(spec.Image.Flavor, m)
+	mk := Mark{InfraID: spec.InfraID, Kind: kindNode, Node: m.Node, Role: string(m.Role), Complete: complete,
+		Volumes: []MarkVolume{{Pool: pool.Name, Name: v.Disk, Purpose: purposeDisk}}}
+	if v.Ignition != "" {
+		mk.Volumes = append(mk.Volumes, MarkVolume{Pool: pool.Name, Name: v.Ignition, Purpose: purposeIgnition})
+	}
+	if v.ConfigDrive != "" {
+		mk.Volumes = append(mk.Volumes, MarkVolume{Pool: pool.Name, Name: v.ConfigDrive, Purpose: purposeConfigDrive})
+	}
+	return mk
 }
 
 // xmlMarkOut is the encoding form, with a literal prefix so that the element

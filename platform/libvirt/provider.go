@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"strings"
-	"time"
 
 	golibvirt "github.com/digitalocean/go-libvirt"
 	"github.com/digitalocean/go-libvirt/socket/dialers"
@@ -16,65 +14,6 @@ import (
 
 	"appliance/platform"
 )
-
-// Options says where and how to create the VMs.
-type Options struct {
-	// URI is the libvirt connection URI: qemu:///system (default),
-	// test:///default, qemu+tcp://host/system, qemu+tls://host/system (TLS
-	// verified unless the URI says no_verify=1), qemu+ssh://user@host/system.
-	// Put no password in it: it would be a credential in a config file.
-	URI string
-	// Socket overrides the local unix socket path (qemu:///system's default
-	// is /var/run/libvirt/libvirt-sock); only for local URIs.
-	Socket string
-	// Pool is the storage pool for the base image, disks and Ignition
-	// (default "default"). Its volumes' paths must be target/name, as in
-	// dir, fs, netfs and logical pools.
-	Pool string
-	// Network is a libvirt network name, Bridge a host bridge; set at most
-	// one (neither means Network "default").
-	Network, Bridge string
-	// DomainType is "kvm" (default) or "qemu" for TCG emulation.
-	DomainType string
-	// Machine is the machine type (e.g. "q35"); empty for libvirt's default.
-	Machine string
-	// Firmware is "" for BIOS or "efi".
-	Firmware string
-	// AgentTimeout bounds a guest agent address query in List (default 2s).
-	AgentTimeout time.Duration
-}
-
-// withDefaults fills the defaults and checks the combinations.
-func (o Options) withDefaults() (Options, error) {
-	if o.URI == "" {
-		o.URI = "qemu:///system"
-	}
-	if o.Pool == "" {
-		o.Pool = "default"
-	}
-	if o.Network != "" && o.Bridge != "" {
-		return o, errors.New("libvirt: options: set network or bridge, not both")
-	}
-	if o.Network == "" && o.Bridge == "" {
-		o.Network = "default"
-	}
-	if o.DomainType == "" {
-		o.DomainType = "kvm"
-	}
-	if o.DomainType != "kvm" && o.DomainType != "qemu" {
-		return o, fmt.Errorf("libvirt: options: domainType %q: want kvm or qemu", o.DomainType)
-	}
-	if o.Firmware != "" && o.Firmware != "efi" && o.Firmware != "bios" {
-		return o, fmt.Errorf("libvirt: options: firmware %q: want efi or bios", o.Firmware)
-	}
-	if o.Firmware == "bios" {
-		o.Firmware = ""
-	}
-	if o.AgentTimeout <= 0 {
-		o.AgentTimeout = 2 * time.Second
-	}
-	return o, nil
-}
 
 // Provider creates a cluster's VMs on one libvirt connection. Its methods
 // may be called concurrently for different machines.
@@ -217,26 +156,6 @@ func (p *Provider) domainMark(d golibvirt.Domain) (Mark, error) {
 	return markFromDomainXML(doc)
 }
 
-// lookupVol finds a volume by name in the provider's pool.
-func (p *Provider) lookupVol(name string) (golibvirt.StorageVol, bool, error) {
-	return p.lookupVolIn(p.pool.Name, name)
-}
-
-func (p *Provider) lookupVolIn(pool, name string) (golibvirt.StorageVol, bool, error) {
-	pl, err := p.l.StoragePoolLookupByName(pool)
-	if err != nil {
-		return golibvirt.StorageVol{}, false, fmt.Errorf("libvirt: pool %q: %w", pool, err)
-	}
-	v, err := p.l.StorageVolLookupByName(pl, name)
-	if isCode(err, golibvirt.ErrNoStorageVol) {
-		return v, false, nil
-	}
-	if err != nil {
-		return v, false, fmt.Errorf("libvirt: look up volume %s/%s: %w", pool, name, err)
-	}
-	return v, true, nil
-}
-
 // define (re)defines a domain and returns it.
 func (p *Provider) define(d *libvirtxml.Domain) (golibvirt.Domain, error) {
 	doc, err := d.Marshal()
@@ -254,94 +173,3 @@ func (p *Provider) define(d *libvirtxml.Domain) (golibvirt.Domain, error) {
 func uuidString(u golibvirt.UUID) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
-
-// createVol creates a volume in the provider's pool from its XML.
-func (p *Provider) createVol(name, doc string) (golibvirt.StorageVol, error) {
-	pl, err := p.l.StoragePoolLookupByName(p.pool.Name)
-	if err != nil {
-		return golibvirt.StorageVol{}, fmt.Errorf("libvirt: pool %q: %w", p.pool.Name, err)
-	}
-	v, err := p.l.StorageVolCreateXML(pl, doc, 0)
-	if err != nil {
-		return v, fmt.Errorf("libvirt: create volume %s/%s: %w", p.pool.Name, name, err)
-	}
-	return v, nil
-}
-
-// deleteVolIfExists deletes a volume; a missing one is not an error.
-func (p *Provider) deleteVolIfExists(pool, name string) (bool, error) {
-	v, found, err := p.lookupVolIn(pool, name)
-	if err != nil || !found {
-		return false, err
-	}
-	if err := p.l.StorageVolDelete(v, golibvirt.StorageVolDeleteNormal); err != nil {
-		if isCode(err, golibvirt.ErrNoStorageVol) {
-			return false, nil
-		}
-		return false, fmt.Errorf("libvirt: delete volume %s/%s: %w", pool, name, err)
-	}
-	return true, nil
-}
-
-// upload streams size bytes from r into v. Cancelling ctx or a read error
-// ends the stream early (go-libvirt cannot abort a stream cleanly), and the
-// short upload is reported as an error, so the caller never marks it done.
-func (p *Provider) upload(ctx context.Context, v golibvirt.StorageVol, r io.Reader, size int64, progress func(done, total int64)) error {
-	cr := &countingReader{ctx: ctx, r: r, total: size, progress: progress}
-	err := p.l.StorageVolUpload(v, cr, 0, uint64(size), 0)
-	if err != nil {
-		if isCode(err, golibvirt.ErrNoSupport) && p.isTestDriver() {
-			// test:///default stores no volume contents; nothing to send.
-			if progress != nil {
-				progress(size, size)
-			}
-			return nil
-		}
-		return fmt.Errorf("libvirt: upload to volume %s: %w", v.Name, err)
-	}
-	if cr.err != nil {
-		return fmt.Errorf("libvirt: upload to volume %s interrupted after %d of %d bytes: %w", v.Name, cr.done, size, cr.err)
-	}
-	if cr.done != size {
-		return fmt.Errorf("libvirt: upload to volume %s: sent %d of %d bytes", v.Name, cr.done, size)
-	}
-	return nil
-}
-
-type countingReader struct {
-	ctx         context.Context
-	r           io.Reader
-	done, total int64
-	progress    func(done, total int64)
-	err         error
-}
-
-func (c *countingReader) Read(b []byte) (int, error) {
-	if c.err != nil {
-		return 0, io.EOF
-	}
-	if err := c.ctx.Err(); err != nil {
-		c.err = err
-		return 0, io.EOF
-	}
-	// Stop at total even if the file grew meanwhile.
-	if rest := c.total - c.done; int64(len(b)) > rest {
-		b = b[:rest]
-	}
-	if len(b) == 0 {
-		return 0, io.EOF
-	}
-	n, err := c.r.Read(b)
-	c.done += int64(n)
-	if c.progress != nil && n > 0 {
-		c.progress(c.done, c.total)
-	}
-	if err != nil && !errors.Is(err, io.EOF) {
-		c.err = err
-		return n, io.EOF
-	}
-	return n, err
-}
-
-// isTestDriver reports test:///default, which keeps no volume contents.
-func (p *Provider) isTestDriver() bool { return strings.EqualFold(p.driver, "test") }

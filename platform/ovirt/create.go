@@ -15,6 +15,18 @@ import (
 
 const gib = 1 << 30
 
+// nicName is the machine NIC's name (scoped per VM on an engine).
+const nicName = "nic1"
+
+// osType makes the engine present the hardware RHCOS expects.
+const osType = "rhcos_x64"
+
+// Affinity group priorities: the control plane's spread matters more.
+const (
+	controlPlanePriority = 5
+	computePriority      = 3
+)
+
 // Create clones m's VM from the template, or finishes one an earlier call
 // left: disk grown to DiskGiB, one NIC on the vNIC profile with m.MAC, the
 // cluster tag, the role's affinity group, and finally the "complete"

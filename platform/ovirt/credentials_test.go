@@ -197,26 +197,3 @@ func TestTLSVerifiedByDefault(t *testing.T) {
 		t.Fatal("insecure not honoured")
 	}
 }
-
-func FuzzParseMark(f *testing.F) {
-	f.Add("appliance-provision infraID=ocp4-x node=master-0 role=master")
-	f.Add("appliance-provision infraID=a image=abc")
-	f.Add("appliance-provision")
-	f.Add("something else")
-	f.Fuzz(func(t *testing.T, s string) {
-		m, ok := parseMark(s)
-		if !ok {
-			return
-		}
-		if m.InfraID == "" {
-			t.Fatal("ok without infraID")
-		}
-		// A parsed mark survives a round trip when its values are single words.
-		if strings.ContainsAny(m.InfraID+m.Node+m.Role+m.Image, " \t\n\v\f\r\u0085\u00a0=") {
-			return
-		}
-		if m2, ok := parseMark(m.String()); !ok || m2 != m {
-			t.Fatalf("round trip %q -> %+v -> %+v", s, m, m2)
-		}
-	})
-}

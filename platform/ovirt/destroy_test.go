@@ -5,8 +5,63 @@ import (
 	"slices"
 	"testing"
 
+	ovirtclient "github.com/ovirt/go-ovirt-client/v3"
+
 	"appliance/platform"
 )
+
+func TestDestroyFindsByTagOrMark(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	cid := ovirtclient.ClusterID(e.opts.ClusterID)
+	blank, _ := e.mock.GetBlankTemplate()
+	tagID, err := e.p.ensureTag(ctx, infraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Tagged by another tool for this cluster, without our description.
+	tagged, err := e.mock.CreateVM(cid, blank.ID(), "tagged-by-hand", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mock.AddTagToVM(tagged.ID(), tagID); err != nil {
+		t.Fatal(err)
+	}
+	// Ours by description only (killed before tagging).
+	if _, err := e.mock.CreateVM(cid, blank.ID(), infraID+"-worker-9", ovirtclient.NewCreateVMParams().
+		MustWithDescription(mark{InfraID: infraID, Node: "worker-9", Role: "worker"}.String())); err != nil {
+		t.Fatal(err)
+	}
+	// Another cluster's, and an unmarked one with our prefix.
+	if _, err := e.mock.CreateVM(cid, blank.ID(), "ocp4-other-master-0", ovirtclient.NewCreateVMParams().
+		MustWithDescription(mark{InfraID: "ocp4-other", Node: "master-0", Role: "master"}.String())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.mock.CreateVM(cid, blank.ID(), infraID+"-master-7", nil); err != nil {
+		t.Fatal(err)
+	}
+	vms, err := e.p.List(ctx, infraID)
+	if err != nil || len(vms) != 2 {
+		t.Fatalf("List: %v %v", vms, err)
+	}
+	lines, err := e.p.Destroy(ctx, infraID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"tag " + infraID, "vm " + infraID + "-worker-9", "vm tagged-by-hand"}
+	if !slices.Equal(lines, want) {
+		t.Errorf("destroy: %v, want %v", lines, want)
+	}
+	left, _ := e.mock.ListVMs()
+	var names []string
+	for _, v := range left {
+		names = append(names, v.Name())
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"ocp4-other-master-0", infraID + "-master-7"}) {
+		t.Errorf("left: %v", names)
+	}
+}
 
 // TestDestroyBootstrapOnly: `provision destroy --bootstrap` through the
 // engine removes the bootstrap VM with its disk, NIC and tag link; the

@@ -1,16 +1,12 @@
 package libvirt
 
 import (
-	"context"
-	"errors"
-	"io"
 	"net"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 
-	golibvirt "github.com/digitalocean/go-libvirt"
 	"libvirt.org/go/libvirtxml"
 
 	"appliance/internal/cluster"
@@ -32,77 +28,6 @@ var interTag = regexp.MustCompile(`>\s+<`)
 
 // compactXML drops the indentation between tags, for substring checks.
 func compactXML(s string) string { return interTag.ReplaceAllString(s, "><") }
-
-func TestMarkRoundTrip(t *testing.T) {
-	for _, mk := range []Mark{
-		{InfraID: "c1", Kind: kindNode, Node: "master-0", Role: "master", Complete: true,
-			Volumes: []MarkVolume{{Pool: "default", Name: "c1-master-0.qcow2", Purpose: purposeDisk}, {Pool: "default", Name: "c1-master-0.ign", Purpose: purposeIgnition}}},
-		{InfraID: "c1", Kind: kindImage, Complete: true,
-			Volumes: []MarkVolume{{Pool: "p", Name: "c1-base-abc.qcow2", Purpose: purposeBase, SHA256: "abc", Complete: true}}},
-		{InfraID: `we<ird"&`, Kind: kindNode},
-	} {
-		s, err := encodeMark(mk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(s, `xmlns:appliance="`+Namespace+`"`) || !strings.HasPrefix(s, "<appliance:machine") {
-			t.Errorf("encoded mark lacks our prefixed namespace: %s", s)
-		}
-		got, err := decodeMark(s)
-		if err != nil {
-			t.Fatalf("decode %s: %v", s, err)
-		}
-		if !reflect.DeepEqual(got, mk) {
-			t.Errorf("round trip:\n got %+v\nwant %+v", got, mk)
-		}
-	}
-}
-
-func TestDecodeMark(t *testing.T) {
-	for _, tc := range []struct {
-		name, inner string
-		want        string // infraID, or "" for errNoMark
-		err         bool
-	}{
-		{"empty", "", "", false},
-		{"other namespace", `<x:machine xmlns:x="urn:other" infraID="c1" kind="node"/>`, "", false},
-		{"no namespace", `<machine infraID="c1" kind="node"/>`, "", false},
-		{"other prefix, our namespace", `<q:machine xmlns:q="` + Namespace + `" infraID="c1" kind="node"><q:volume pool="p" name="v" purpose="disk"/></q:machine>`, "c1", false},
-		{"beside other elements", `<a:b xmlns:a="urn:a"><c/></a:b><appliance:machine xmlns:appliance="` + Namespace + `" infraID="c2" kind="node"/>`, "c2", false},
-		{"empty infraID", `<appliance:machine xmlns:appliance="` + Namespace + `" infraID="" kind="node"/>`, "", false},
-		{"broken", `<appliance:machine xmlns:appliance="` + Namespace + `" infraID="c1"`, "", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			mk, err := decodeMark(tc.inner)
-			switch {
-			case tc.err:
-				if err == nil || errors.Is(err, errNoMark) {
-					t.Fatalf("want a parse error, got %v", err)
-				}
-			case tc.want == "":
-				if !errors.Is(err, errNoMark) {
-					t.Fatalf("want errNoMark, got %+v %v", mk, err)
-				}
-			default:
-				if err != nil || mk.InfraID != tc.want {
-					t.Fatalf("got %+v %v, want infraID %s", mk, err, tc.want)
-				}
-			}
-		})
-	}
-}
-
-func FuzzDecodeMark(f *testing.F) {
-	s, _ := encodeMark(Mark{InfraID: "c", Kind: kindNode, Volumes: []MarkVolume{{Pool: "p", Name: "n", Purpose: purposeDisk}}})
-	f.Add(s)
-	f.Add(`<a:b xmlns:a="urn:a"/>`)
-	f.Fuzz(func(t *testing.T, inner string) {
-		mk, err := decodeMark(inner)
-		if err == nil && mk.InfraID == "" {
-			t.Fatal("accepted a mark without infraID")
-		}
-	})
-}
 
 func TestBuildNodeDomain(t *testing.T) {
 	pool := poolInfo{Name: "images", Path: "/var/lib/libvirt/images"}
@@ -243,83 +168,5 @@ func TestVolumeXML(t *testing.T) {
 	}
 	if got := baseVolumeName(platform.Image{Format: "qcow2", SHA256: strings.Repeat("0123456789", 7)}, "c1"); got != "c1-base-0123456789012345.qcow2" {
 		t.Errorf("base name %s", got)
-	}
-}
-
-func TestPlanDestroy(t *testing.T) {
-	vol := func(n string) MarkVolume { return MarkVolume{Pool: "p", Name: n} }
-	all := []markedDomain{
-		{Name: "c1-base-image", Mark: Mark{InfraID: "c1", Kind: kindImage, Volumes: []MarkVolume{vol("c1-base.qcow2")}}},
-		{Name: "c1-worker-0", Mark: Mark{InfraID: "c1", Kind: kindNode, Volumes: []MarkVolume{vol("c1-worker-0.qcow2"), vol("c1-worker-0.ign")}}},
-		{Name: "c1-master-0", Mark: Mark{InfraID: "c1", Kind: kindNode, Volumes: []MarkVolume{vol("c1-master-0.qcow2")}}},
-		// Similar names, not ours or another cluster's:
-		{Name: "c1-master-1", Foreign: true},
-		{Name: "c1x-master-0", Mark: Mark{InfraID: "c1x", Kind: kindNode, Volumes: []MarkVolume{vol("c1x-master-0.qcow2")}}},
-		// Another cluster's mark claims a volume c1's mark also lists: kept.
-		{Name: "c2-odd", Mark: Mark{InfraID: "c2", Kind: kindNode, Volumes: []MarkVolume{vol("c1-worker-0.ign")}}},
-	}
-	got := planDestroy(all, "c1")
-	want := []destroyStep{
-		{Domain: "c1-master-0", Kind: kindNode, Volumes: []MarkVolume{vol("c1-master-0.qcow2")}},
-		{Domain: "c1-worker-0", Kind: kindNode, Volumes: []MarkVolume{vol("c1-worker-0.qcow2")}},
-		{Domain: "c1-base-image", Kind: kindImage, Volumes: []MarkVolume{vol("c1-base.qcow2")}},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("plan\n got %+v\nwant %+v", got, want)
-	}
-	if p := planDestroy(all, ""); p != nil {
-		t.Errorf("empty infraID selected %+v", p)
-	}
-	if p := planDestroy(all, "c3"); len(p) != 0 {
-		t.Errorf("unknown infraID selected %+v", p)
-	}
-}
-
-func TestOptions(t *testing.T) {
-	o, err := Options{}.withDefaults()
-	if err != nil || o.URI != "qemu:///system" || o.Pool != "default" || o.Network != "default" || o.DomainType != "kvm" {
-		t.Fatalf("defaults: %+v %v", o, err)
-	}
-	for _, bad := range []Options{{Network: "a", Bridge: "b"}, {DomainType: "xen"}, {Firmware: "uboot"}} {
-		if _, err := bad.withDefaults(); err == nil {
-			t.Errorf("%+v accepted", bad)
-		}
-	}
-	if got := uuidString(golibvirt.UUID{0x4e, 0x4b, 0x1f, 0x4f, 0xa7, 0xad, 0x4d, 0x0f, 0xbb, 0x13, 0x5b, 0x9a, 0x6f, 0xc5, 0x39, 0xe0}); got != "4e4b1f4f-a7ad-4d0f-bb13-5b9a6fc539e0" {
-		t.Errorf("uuid %s", got)
-	}
-}
-
-func TestAddrsFor(t *testing.T) {
-	mac, _ := net.ParseMAC("52:54:00:00:00:01")
-	ifs := []golibvirt.DomainInterface{
-		{Name: "lo", Hwaddr: golibvirt.OptString{"00:00:00:00:00:00"}, Addrs: []golibvirt.DomainIPAddr{{Addr: "127.0.0.1"}}},
-		{Name: "eth0", Hwaddr: golibvirt.OptString{"52:54:00:00:00:01"}, Addrs: []golibvirt.DomainIPAddr{{Addr: "192.168.126.10"}, {Addr: "fe80::1"}, {Addr: "fd00::10"}}},
-		{Name: "eth1", Hwaddr: golibvirt.OptString{"52:54:00:00:00:02"}, Addrs: []golibvirt.DomainIPAddr{{Addr: "10.0.0.1"}}},
-	}
-	got := addrsFor(ifs, mac)
-	if len(got) != 2 || got[0].String() != "192.168.126.10" || got[1].String() != "fd00::10" {
-		t.Errorf("got %v", got)
-	}
-}
-
-func TestCountingReader(t *testing.T) {
-	src := strings.Repeat("x", 100)
-	var seen int64
-	c := &countingReader{ctx: context.Background(), r: strings.NewReader(src + "grown"), total: 100, progress: func(d, _ int64) { seen = d }}
-	b, err := io.ReadAll(c)
-	if err != nil || len(b) != 100 || c.err != nil || seen != 100 {
-		t.Fatalf("read %d bytes, err %v/%v, progress %d", len(b), err, c.err, seen)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c = &countingReader{ctx: ctx, r: strings.NewReader(src), total: 100}
-	buf := make([]byte, 10)
-	if n, _ := c.Read(buf); n != 10 {
-		t.Fatal(n)
-	}
-	cancel()
-	// A cancelled upload ends the stream (io.EOF) and remembers why.
-	if n, err := c.Read(buf); n != 0 || err != io.EOF || !errors.Is(c.err, context.Canceled) {
-		t.Fatalf("after cancel: %d %v %v", n, err, c.err)
 	}
 }
