@@ -15,7 +15,8 @@
 //
 //   - lb.go: the LB's lifecycle: New, Run (start, shutdown order, drain),
 //     readiness (Ready, Serving, ServingVIP), Status, Kick.
-//   - options.go: Options and their defaults.
+//   - options.go: Options, their defaults, and FromCluster (the config's lb
+//     section).
 //   - pool.go: a balanced service: its backends from the membership, the
 //     pick (round-robin, least connections), the sessions of each backend.
 //   - health.go: the health checks: hysteresis, slow start, the HTTPS prober.

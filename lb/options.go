@@ -2,6 +2,7 @@ package lb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"appliance/internal/cluster"
 )
 
 // PoolOptions describe one balanced service.
@@ -73,6 +76,28 @@ func DefaultOptions() Options {
 		DrainTimeout: 10 * time.Second,
 		Redirect:     true,
 	}
+}
+
+// FromCluster applies the config's lb section to base, the options the
+// caller chose (DefaultOptions and its flags): lb.mcs false leaves the MCS
+// pool out, lb.redirect false the VIP redirect (neither turns back on what
+// base turned off), and lb.balance is the algorithm ("" takes the
+// default). It is the one place that section reaches the LB; a flag that
+// overrides the file is applied to what it returns.
+func FromCluster(cfg *cluster.Config, base Options) (Options, error) {
+	if cfg == nil {
+		return base, errors.New("lb: no cluster config")
+	}
+	switch b := cfg.LB.Balance; b {
+	case "", RoundRobin, LeastConnections:
+	default:
+		return base, fmt.Errorf("lb: lb.balance: %q is not an algorithm; want %s or %s", b, RoundRobin, LeastConnections)
+	}
+	o := base
+	o.MCS.Disabled = o.MCS.Disabled || !cfg.LB.MCS
+	o.Balance = cfg.LB.Balance
+	o.Redirect = o.Redirect && cfg.LB.Redirect
+	return o, nil
 }
 
 func (o *Options) fill() error {
