@@ -15,11 +15,9 @@ import (
 const handbackCheck = 5 * time.Second
 
 // followHandback keeps the handback tables (see Handback) in step with
-// this node's VRRP state of the API VIPs until ctx ends.
-func (l *LB) followHandback(ctx context.Context) {
-	if l.redir == nil {
-		return
-	}
+// this node's VRRP state of the API VIPs until ctx ends. Run starts it only
+// when the LB manages the redirect.
+func (l *LB) followHandback(ctx context.Context) error {
 	window := handbackWindow(l.opts.DrainTimeout)
 	last := map[netip.Addr]netip.Addr{} // VIP → the master a backup last followed
 	sub := l.state.Subscribe(ctx)
@@ -33,10 +31,10 @@ func (l *LB) followHandback(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case s, ok := <-sub:
 			if !ok {
-				return
+				return nil // ctx ended
 			}
 			snap = s
 		case <-timer.C:

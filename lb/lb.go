@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"appliance/internal/cluster"
 )
 
@@ -218,7 +220,10 @@ func (l *LB) Status() Status {
 // Run serves until ctx ends, then stops redirecting new connections (VIP
 // traffic reaches the local server directly), stops accepting, lets open
 // sessions drain for up to DrainTimeout, closes what is left and removes
-// its tables.
+// its tables. Every goroutine it starts has ended when it returns. A loop
+// that follows the cluster (membership, redirect, its watcher, handback)
+// and fails or returns while ctx lasts stops the LB the same way, and Run
+// returns that loop's error: the LB never serves on without one.
 func (l *LB) Run(ctx context.Context) error {
 	if l.redir != nil {
 		// A crashed run may have left the table; its rules could point at
@@ -248,38 +253,25 @@ func (l *LB) Run(ctx context.Context) error {
 	checkCtx, stopChecks := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopChecks()
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for snap := range l.state.Subscribe(ctx) {
-			for i, x := range l.proxies {
-				x.pool.setTargets(checkCtx, targetsFor(snap.Members, l.poolOpt[i].BackendPort, l.dual))
-			}
-		}
-	}()
-	redirDone := make(chan struct{})
-	go func() {
-		defer close(redirDone)
-		l.reconcileRedirect(ctx)
-	}()
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		l.watchRedirect(ctx)
-	}()
-	handbackDone := make(chan struct{})
-	go func() {
-		defer close(handbackDone)
-		l.followHandback(ctx)
-	}()
+	// Two groups for the shutdown order: the redirect's loops end before
+	// the redirect is held, the others before the tables are removed.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	lp := loops{ctx: runCtx, stop: stop, log: l.log}
+	var redirect, follow errgroup.Group
+	lp.start(&follow, "membership", func(ctx context.Context) error { return l.followMembers(ctx, checkCtx) })
+	if l.redir != nil {
+		lp.start(&redirect, "redirect", l.reconcileRedirect)
+		lp.start(&redirect, "redirect watch", l.watchRedirect)
+		lp.start(&follow, "handback", l.followHandback)
+	}
 
-	<-ctx.Done()
-	<-redirDone
-	// The watcher ends before the removal below (which it would not undo
-	// anyway: no rules are wanted then) and before the namespace handle
-	// closes.
-	<-watchDone
+	<-runCtx.Done()
+	// The reconciler ends before the redirect is held (it would apply the
+	// rules again); the watcher before the removal below (which it would
+	// not undo anyway: no rules are wanted then) and before the namespace
+	// handle closes.
+	loopErr := redirect.Wait()
 	if l.redir != nil {
 		if err := l.redir.Hold(); err != nil {
 			l.log.Error("empty redirect", "err", err)
@@ -295,7 +287,8 @@ func (l *LB) Run(ctx context.Context) error {
 	}
 	l.closeListeners()
 	l.drain()
-	<-handbackDone
+	// Handback and membership end before the tables go and the checks stop.
+	loopErr = errors.Join(loopErr, follow.Wait())
 	if l.redir != nil {
 		if err := l.redir.Remove(); err != nil {
 			l.log.Error("remove redirect", "err", err)
@@ -308,8 +301,35 @@ func (l *LB) Run(ctx context.Context) error {
 	for _, x := range l.proxies {
 		x.pool.stop()
 	}
-	wg.Wait()
-	return nil
+	return loopErr
+}
+
+// loops starts the goroutines that follow the cluster while the LB serves;
+// each runs until ctx ends. One that fails or returns before then stops
+// the LB (stop ends ctx, and Run shuts down as when its own ctx ends)
+// rather than leave it serving without that loop; its error, with its
+// name, is its group's.
+type loops struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	log  *slog.Logger
+}
+
+// start runs f, called name, in g.
+func (lp loops) start(g *errgroup.Group, name string, f func(context.Context) error) {
+	g.Go(func() error {
+		err := f(lp.ctx)
+		if err == nil {
+			if lp.ctx.Err() != nil {
+				return nil
+			}
+			err = errors.New("stopped on its own")
+		}
+		err = fmt.Errorf("lb: %s: %w", name, err)
+		lp.log.Error("stopping the load balancer", "err", err)
+		lp.stop()
+		return err
+	})
 }
 
 // drain waits for sessions to end, up to DrainTimeout, then closes them.

@@ -69,6 +69,19 @@ func targetsFor(members []cluster.Member, port uint16, dual bool) []BackendTarge
 	return out
 }
 
+// followMembers gives each pool the backends of every membership snapshot
+// until ctx ends. The health checks it starts run under checks, which Run
+// ends only after the drain, so the pools' health stays current while
+// sessions drain.
+func (l *LB) followMembers(ctx, checks context.Context) error {
+	for snap := range l.state.Subscribe(ctx) {
+		for i, x := range l.proxies {
+			x.pool.setTargets(checks, targetsFor(snap.Members, l.poolOpt[i].BackendPort, l.dual))
+		}
+	}
+	return nil
+}
+
 // backend is one server of a pool. Fields under "pool.mu" are guarded by
 // the pool's mutex.
 type backend struct {

@@ -40,11 +40,9 @@ func (l *LB) setRules(r []Redirect) {
 }
 
 // watchRedirect keeps the redirect table as reconcileRedirect last set it,
-// repairing what others change (see Redirector.Watch), until ctx ends.
-func (l *LB) watchRedirect(ctx context.Context) {
-	if l.redir == nil {
-		return
-	}
+// repairing what others change (see Redirector.Watch), until ctx ends. Run
+// starts it only when the LB manages the redirect.
+func (l *LB) watchRedirect(ctx context.Context) error {
 	o := l.watch
 	o.Log = l.log
 	o.OnRepair = func(r RedirectRepair) {
@@ -53,13 +51,13 @@ func (l *LB) watchRedirect(ctx context.Context) {
 		l.repair = &r
 		l.mu.Unlock()
 	}
-	_ = l.redir.Watch(ctx, o)
+	return l.redir.Watch(ctx, o)
 }
 
-func (l *LB) reconcileRedirect(ctx context.Context) {
-	if l.redir == nil {
-		return
-	}
+// reconcileRedirect applies desiredRules whenever a pool's health changes
+// (kick), retrying a failed apply every second, until ctx ends. Run starts
+// it only when the LB manages the redirect.
+func (l *LB) reconcileRedirect(ctx context.Context) error {
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	// The node's own IPv6 address (Options.Self) can change without a
@@ -73,7 +71,7 @@ func (l *LB) reconcileRedirect(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-l.kick:
 		case <-retry.C:
 		case <-follow:
