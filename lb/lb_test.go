@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"appliance/internal/cluster"
@@ -533,4 +534,55 @@ func pipeBytes(t *testing.T) int {
 		}
 	}
 	return total
+}
+
+// TestLoopsStopTheLB: a loop of Run's that fails or returns while the LB
+// serves ends the run's context (Run then shuts down as when its own ends)
+// and its group's error names it; loops that return because the context
+// ended are no error.
+func TestLoopsStopTheLB(t *testing.T) {
+	untilDone := func(ctx context.Context) error { <-ctx.Done(); return nil }
+	broken := errors.New("monitor broken")
+	for _, c := range []struct {
+		name  string
+		cause error // what the loop returns
+		want  string
+	}{
+		{"returns", nil, "lb: quitter: stopped on its own"},
+		{"fails", broken, "lb: quitter: monitor broken"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, stop := context.WithCancel(context.Background())
+			defer stop()
+			lp := loops{ctx: ctx, stop: stop, log: testLogger(t)}
+			var a, b errgroup.Group
+			lp.start(&a, "steady", untilDone)
+			lp.start(&b, "quitter", func(context.Context) error { return c.cause })
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the context outlived a loop that stopped")
+			}
+			if err := a.Wait(); err != nil {
+				t.Errorf("the loop stopped by the other: %v", err)
+			}
+			err := b.Wait()
+			if err == nil || err.Error() != c.want {
+				t.Errorf("error %v, want %q", err, c.want)
+			}
+			if c.cause != nil && !errors.Is(err, c.cause) {
+				t.Errorf("error %v does not wrap the loop's", err)
+			}
+		})
+	}
+
+	ctx, stop := context.WithCancel(context.Background())
+	lp := loops{ctx: ctx, stop: stop, log: testLogger(t)}
+	var g errgroup.Group
+	lp.start(&g, "a", untilDone)
+	lp.start(&g, "b", untilDone)
+	stop()
+	if err := g.Wait(); err != nil {
+		t.Errorf("loops that ended with the context: %v", err)
+	}
 }

@@ -15,6 +15,12 @@ import (
 	"appliance/internal/health"
 )
 
+// Pool names.
+const (
+	PoolAPI = "api"
+	PoolMCS = "mcs"
+)
+
 // Balancing algorithms.
 const (
 	RoundRobin       = cluster.LBRoundRobin
@@ -24,63 +30,6 @@ const (
 // fullWeight is every backend's weight once slow start is over; slow start
 // ramps from 1 to it.
 const fullWeight = 100
-
-// Family is the address family a backend is reached over, and the family
-// of the client connections it may take.
-type Family uint8
-
-// Families. A single-stack pool's backends are FamilyAny: each member's
-// first address takes every client, as before dual-stack existed; so does
-// a member known by one address in a dual-stack pool.
-const (
-	FamilyAny Family = iota
-	FamilyIPv4
-	FamilyIPv6
-)
-
-// String is the family as /status and logs show it.
-func (f Family) String() string {
-	switch f {
-	case FamilyIPv4:
-		return "ipv4"
-	case FamilyIPv6:
-		return "ipv6"
-	}
-	return "any"
-}
-
-// familyOf is a's family; an IPv4-mapped IPv6 address (an IPv4 client of a
-// dual-stack listener) is IPv4.
-func familyOf(a netip.Addr) Family {
-	if a.Is4() || a.Is4In6() {
-		return FamilyIPv4
-	}
-	return FamilyIPv6
-}
-
-// serves says whether a backend of family b may take a client of family c:
-// same family only, so an apiserver bound per family sees the family the
-// client used, and an IPv6 VIP never leads to a member's IPv4 address when
-// the member has an IPv6 one. FamilyAny on either side (a single-stack
-// pool, a member known by one address, a client whose family is not known)
-// matches everything.
-func serves(b, c Family) bool {
-	return b == FamilyAny || c == FamilyAny || b == c
-}
-
-// dualStack says whether VIPs of both families are configured: only then
-// does a pool hold a backend per member and family.
-func dualStack(vips []netip.Addr) bool {
-	var v4, v6 bool
-	for _, v := range vips {
-		if familyOf(v) == FamilyIPv4 {
-			v4 = true
-		} else {
-			v6 = true
-		}
-	}
-	return v4 && v6
-}
 
 // BackendTarget is one backend a pool should hold.
 type BackendTarget struct {
@@ -118,6 +67,19 @@ func targetsFor(members []cluster.Member, port uint16, dual bool) []BackendTarge
 		)
 	}
 	return out
+}
+
+// followMembers gives each pool the backends of every membership snapshot
+// until ctx ends. The health checks it starts run under checks, which Run
+// ends only after the drain, so the pools' health stays current while
+// sessions drain.
+func (l *LB) followMembers(ctx, checks context.Context) error {
+	for snap := range l.state.Subscribe(ctx) {
+		for i, x := range l.proxies {
+			x.pool.setTargets(checks, targetsFor(snap.Members, l.poolOpt[i].BackendPort, l.dual))
+		}
+	}
+	return nil
 }
 
 // backend is one server of a pool. Fields under "pool.mu" are guarded by

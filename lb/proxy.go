@@ -162,3 +162,22 @@ func (x *proxy) postAll(f func(*loop)) {
 		l.post(func() { f(l) })
 	}
 }
+
+// enterNetNS returns what moves the calling, locked thread into the network
+// namespace at path; nil when path is "" (stay where the process is).
+func enterNetNS(path string) func() error {
+	if path == "" {
+		return nil
+	}
+	return func() error {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("lb: open network namespace %s: %w", path, err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("lb: enter network namespace %s: %w", path, err)
+		}
+		return nil
+	}
+}

@@ -41,8 +41,8 @@ type Options struct {
 	AdminListen string
 	// Registry holds every service's metrics; nil makes a new one.
 	Registry *prometheus.Registry
-	// LB is the load balancer's options before the config's choices
-	// (balance, mcs, redirect) are applied; zero: lb.DefaultOptions().
+	// LB is the load balancer's options before lb.FromCluster applies the
+	// config's choices (balance, mcs, redirect); nil: lb.DefaultOptions().
 	LB *lb.Options
 	// DNS is the DNS server's options; MDNS is filled in from the config.
 	DNS dnsserver.Options
@@ -133,13 +133,14 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 		}
 	}
 	if n.plan.LB {
-		lo := lb.DefaultOptions()
+		base := lb.DefaultOptions()
 		if opts.LB != nil {
-			lo = *opts.LB
+			base = *opts.LB
 		}
-		lo.MCS.Disabled = lo.MCS.Disabled || !cfg.LB.MCS
-		lo.Balance = cfg.LB.Balance
-		lo.Redirect = lo.Redirect && cfg.LB.Redirect
+		lo, err := lb.FromCluster(cfg, base)
+		if err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
 		// IPv6 VIP traffic goes to the node's own address, never the VIP
 		// (lb.Options.Self), as the node's live view has it.
 		lo.Self = func(v6 bool) (netip.Addr, bool) {

@@ -45,15 +45,19 @@ has a healthy backend, nftables redirects API-VIP:6443 and :22623 to the proxies
 			if err != nil {
 				return err
 			}
-			opts := lb.DefaultOptions()
-			opts.API.Listen, opts.MCS.Listen = f.apiListen, f.mcsListen
-			// The file decides; a flag given on the command line overrides it.
-			opts.MCS.Disabled = !cfg.LB.MCS || f.noMCS
-			opts.Balance = cfg.LB.Balance
+			base := lb.DefaultOptions()
+			base.API.Listen, base.MCS.Listen = f.apiListen, f.mcsListen
+			// The file decides (lb.FromCluster); a flag given on the command
+			// line overrides it: --no-mcs and --no-redirect turn off what
+			// the file leaves on, --balance replaces its algorithm.
+			base.MCS.Disabled, base.Redirect = f.noMCS, !f.noRedirect
+			opts, err := lb.FromCluster(cfg, base)
+			if err != nil {
+				return err
+			}
 			if cmd.Flags().Changed("balance") {
 				opts.Balance = f.balance
 			}
-			opts.Redirect = cfg.LB.Redirect && !f.noRedirect
 			// IPv6 VIP traffic goes to this machine's own address (the
 			// kernel's IPv6 redirect would pick the VIP itself while held),
 			// as internal/host has it: any machine on the machine network,
