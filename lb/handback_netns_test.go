@@ -97,7 +97,7 @@ func runHandback(t *testing.T, name string, handover bool) {
 		})
 		return st, cancel, done
 	}
-	setVIPs := func(st *cluster.State, state string, master, pred func(i int) netip.Addr) {
+	setVIPs := func(st *cluster.State, state cluster.VIPState, master, pred func(i int) netip.Addr) {
 		for i, v := range vips {
 			st.SetVIP(cluster.VIPStatus{Name: fmt.Sprintf("api-%d", i), VIP: v, Kind: cluster.VIPAPI, LocalState: state,
 				Master: master(i), Predecessor: pred(i), Since: time.Now()})

@@ -33,6 +33,23 @@ func (s State) String() string {
 	return fmt.Sprintf("State(%d)", uint8(s))
 }
 
+// ParseState reads back the name String gives a state, as Status.State
+// carries it (a string there, so /status and its readers keep the text);
+// ok is false for any other text, the "State(n)" form included.
+func ParseState(name string) (s State, ok bool) {
+	switch name {
+	case "INIT":
+		return StateInit, true
+	case "BACKUP":
+		return StateBackup, true
+	case "MASTER":
+		return StateMaster, true
+	case "FAULT":
+		return StateFault, true
+	}
+	return 0, false
+}
+
 // OwnerPriority is the priority of the router that owns the virtual
 // addresses; it always preempts and tracking never moves it.
 const OwnerPriority = 255

@@ -541,6 +541,24 @@ func TestMachineStateString(t *testing.T) {
 	}
 }
 
+// TestParseState pins ParseState as String's inverse over every value a
+// State can take: a state given a name must be given back by its name.
+func TestParseState(t *testing.T) {
+	for i := range 256 {
+		s := State(i)
+		named := s.String() != fmt.Sprintf("State(%d)", i)
+		got, ok := ParseState(s.String())
+		if ok != named || (named && got != s) {
+			t.Errorf("ParseState(%q) = %v, %v; want %v, %v", s.String(), got, ok, s, named)
+		}
+	}
+	for _, name := range []string{"", "master", "Master", "STOPPED"} {
+		if s, ok := ParseState(name); ok {
+			t.Errorf("ParseState(%q) = %v; want no state", name, s)
+		}
+	}
+}
+
 func TestMachineConfigValidate(t *testing.T) {
 	ok := MachineConfig{Version: 3, Priority: 100, Interval: time.Second, Self: fsmSelf}
 	if err := ok.Validate(); err != nil {

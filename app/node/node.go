@@ -338,6 +338,16 @@ func (n *Node) followPeers(ctx context.Context) error {
 	return nil
 }
 
+// Status is the "node" section of /status: which node this is and what
+// it runs; `appliance status` reads it with this type. The fields are in
+// their JSON names' order, the order encoding/json gave the map this
+// section was before, so the section reads byte for byte as it did.
+type Status struct {
+	Name string       `json:"name"`
+	Plan string       `json:"plan"` // Plan.String()
+	Role cluster.Role `json:"role"`
+}
+
 // Run runs the node's services behind one admin listener until ctx ends,
 // then stops them in order.
 func (n *Node) Run(ctx context.Context) error {
@@ -345,7 +355,7 @@ func (n *Node) Run(ctx context.Context) error {
 	return service.Run(ctx, n.log, service.Options{
 		Admin: admin.Options{Listen: n.admin, Registry: n.reg},
 		Extra: map[string]func() any{
-			"node":    func() any { return map[string]any{"name": n.self.Name, "role": n.self.Role, "plan": n.plan.String()} },
+			"node":    func() any { return Status{Name: n.self.Name, Plan: n.plan.String(), Role: n.self.Role} },
 			"members": func() any { return n.state.Snapshot().Members },
 		},
 	}, n.Stages()...)

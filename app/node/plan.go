@@ -264,9 +264,32 @@ func unicastPeers(cfg *cluster.Config, snap *cluster.Snapshot, kind cluster.VIPK
 	return out
 }
 
-// vipStatus turns an instance's status into the cluster view's entry.
+// vipState maps a VRRP state onto the cluster view's: the one place that
+// knows both. ok is false for a state it has no mapping for; the tests
+// hold it to every state vrrp names.
+func vipState(s vrrp.State) (_ cluster.VIPState, ok bool) {
+	switch s {
+	case vrrp.StateInit:
+		return cluster.VIPStateInit, true
+	case vrrp.StateBackup:
+		return cluster.VIPStateBackup, true
+	case vrrp.StateMaster:
+		return cluster.VIPStateMaster, true
+	case vrrp.StateFault:
+		return cluster.VIPStateFault, true
+	}
+	return "", false
+}
+
+// vipStatus turns an instance's status into the cluster view's entry. A
+// state without a mapping (none, while the tests pass) leaves LocalState
+// empty, which no reader takes for MASTER or BACKUP.
 func vipStatus(kind cluster.VIPKind, vrid uint8, s vrrp.Status) cluster.VIPStatus {
-	v := cluster.VIPStatus{Name: s.Name, VRID: vrid, Kind: kind, LocalState: s.State, Master: s.Master,
+	var local cluster.VIPState
+	if st, ok := vrrp.ParseState(s.State); ok {
+		local, _ = vipState(st)
+	}
+	v := cluster.VIPStatus{Name: s.Name, VRID: vrid, Kind: kind, LocalState: local, Master: s.Master,
 		Predecessor: s.Predecessor, Priority: s.Priority, Since: s.Since, Collision: s.Collision}
 	if len(s.VIPs) > 0 {
 		v.VIP = s.VIPs[0].Addr()

@@ -120,6 +120,40 @@ func TestVRRPConfigsTieTheServices(t *testing.T) {
 	}
 }
 
+// TestVIPStateMapping holds vipState to every value a vrrp.State can take:
+// each state vrrp names maps onto the cluster state of the same name (the
+// text /status and the logs show), and an unnamed value onto none. A state
+// added to vrrp without a mapping here fails.
+func TestVIPStateMapping(t *testing.T) {
+	mapped := map[cluster.VIPState]bool{}
+	for i := range 256 {
+		s := vrrp.State(i)
+		named := s.String() != fmt.Sprintf("State(%d)", i)
+		got, ok := vipState(s)
+		switch {
+		case named && (!ok || string(got) != s.String()):
+			t.Errorf("vrrp state %s maps onto %q, %v; want cluster state %q", s, got, ok, s.String())
+		case !named && ok:
+			t.Errorf("unnamed vrrp state %d maps onto %q; want none", i, got)
+		case ok:
+			mapped[got] = true
+			// Through vrrp.Status, as the instances report it.
+			st := vipStatus(cluster.VIPAPI, 51, vrrp.Status{Name: "api-v4", State: s.String()})
+			if st.LocalState != got {
+				t.Errorf("vipStatus of a %s instance: LocalState %q, want %q", s, st.LocalState, got)
+			}
+		}
+	}
+	for _, want := range []cluster.VIPState{cluster.VIPStateInit, cluster.VIPStateBackup, cluster.VIPStateMaster, cluster.VIPStateFault} {
+		if !mapped[want] {
+			t.Errorf("no vrrp state maps onto %s", want)
+		}
+	}
+	if st := vipStatus(cluster.VIPAPI, 51, vrrp.Status{Name: "api-v4", State: "STOPPED"}); st.LocalState != "" {
+		t.Errorf("an unknown state text gives LocalState %q, want none", st.LocalState)
+	}
+}
+
 func TestHoldsAPIVIP(t *testing.T) {
 	snap := &cluster.Snapshot{VIPs: []cluster.VIPStatus{
 		{Name: "api-v4", Kind: cluster.VIPAPI, LocalState: cluster.VIPStateBackup},

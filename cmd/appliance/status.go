@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"appliance/app/node"
 	"appliance/dhcp"
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
@@ -192,21 +193,13 @@ func joinText[T fmt.Stringer](xs []T) string {
 	return strings.Join(s, ",")
 }
 
-// nodeSection is the "node" section `appliance run` adds (a plain map there,
-// so it has no type to share).
-type nodeSection struct {
-	Name string       `json:"name"`
-	Role cluster.Role `json:"role"`
-	Plan string       `json:"plan"`
-}
-
 func (p *statusPrinter) node(nodeRaw, hostRaw json.RawMessage) {
 	p.title("NODE")
 	// Two sections make this table: either may be unreadable alone.
 	if string(nodeRaw) == "null" {
 		nodeRaw = nil
 	}
-	var n nodeSection
+	var n node.Status
 	if nodeRaw != nil {
 		if err := json.Unmarshal(nodeRaw, &n); err != nil {
 			p.unreadable("node", err)

@@ -33,12 +33,19 @@ type Member struct {
 	LastSeen time.Time // zero: never heard from (e.g. only configured)
 }
 
-// VIP states as VRRP reports them.
+// VIPState is this node's state in one virtual router, as the services
+// that follow VIP ownership read it (the DHCP pool, the LB's handback).
+// The names are VRRP's own, the ones /status and the logs show; the node
+// composition maps the VRRP implementation's states onto these, so this
+// package never depends on how that implementation spells them.
+type VIPState string
+
+// VIP states.
 const (
-	VIPStateInit   = "INIT"
-	VIPStateBackup = "BACKUP"
-	VIPStateMaster = "MASTER"
-	VIPStateFault  = "FAULT"
+	VIPStateInit   VIPState = "INIT"   // not started, or stopped
+	VIPStateBackup VIPState = "BACKUP" // another router holds the VIP
+	VIPStateMaster VIPState = "MASTER" // this node holds the VIP
+	VIPStateFault  VIPState = "FAULT"  // silent and without the VIP (interface or a tracked check)
 )
 
 // VIPStatus is the local view of one virtual router.
@@ -47,7 +54,7 @@ type VIPStatus struct {
 	VIP        netip.Addr
 	VRID       uint8
 	Kind       VIPKind
-	LocalState string     // VIPStateInit, VIPStateBackup, VIPStateMaster or VIPStateFault
+	LocalState VIPState   // VIPStateInit, VIPStateBackup, VIPStateMaster or VIPStateFault
 	Master     netip.Addr // the router currently advertising; zero if unknown
 	// Predecessor is, while this node is master, the master that handed
 	// the VIP over alive (vrrp.Status.Predecessor); zero otherwise.
