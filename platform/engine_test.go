@@ -394,6 +394,35 @@ provision:
 	}
 }
 
+// TestInfraID pins the order the mark is taken from: provision.infraID,
+// then the installer's metadata.json, then the cluster name (all destroy
+// knows without the assets).
+func TestInfraID(t *testing.T) {
+	for _, tc := range []struct {
+		config, assets string
+		noAssets       bool
+		want           string
+	}{
+		{config: "ocp4-cfg", assets: "ocp4-x7k2p", want: "ocp4-cfg"},
+		{assets: "ocp4-x7k2p", want: "ocp4-x7k2p"},
+		{want: "ocp4"},
+		{config: "ocp4-cfg", noAssets: true, want: "ocp4-cfg"},
+		{noAssets: true, want: "ocp4"},
+	} {
+		cfg := &cluster.Config{Cluster: cluster.Cluster{Name: "ocp4"}, Provision: &cluster.Provision{InfraID: tc.config}}
+		a := &Assets{InfraID: tc.assets}
+		if tc.noAssets {
+			a = nil
+		}
+		if got := InfraID(cfg, a); got != tc.want {
+			t.Errorf("InfraID(provision.infraID %q, metadata.json %q, assets %v) = %q, want %q", tc.config, tc.assets, !tc.noAssets, got, tc.want)
+		}
+	}
+	if got := InfraID(&cluster.Config{Cluster: cluster.Cluster{Name: "ocp4"}}, nil); got != "ocp4" {
+		t.Errorf("InfraID without a provision section = %q", got)
+	}
+}
+
 func TestWaitAddresses(t *testing.T) {
 	f := newFake()
 	spec := testSpec(0)

@@ -123,6 +123,20 @@ func Roles(cfg *cluster.Config) []cluster.Role {
 	return out
 }
 
+// InfraID is the mark of every resource made for cfg's cluster:
+// provision.infraID, else the installer's (metadata.json in assets, which
+// may be nil), else the cluster name. Without assets it is what destroy
+// can know on its own.
+func InfraID(cfg *cluster.Config, assets *Assets) string {
+	if p := cfg.Provision; p != nil && p.InfraID != "" {
+		return p.InfraID
+	}
+	if assets != nil && assets.InfraID != "" {
+		return assets.InfraID
+	}
+	return cfg.Cluster.Name
+}
+
 // maxVMName keeps VM names valid everywhere: KubeVirt names are DNS labels.
 const maxVMName = 63
 
@@ -134,13 +148,7 @@ func BuildSpec(cfg *cluster.Config, assets *Assets, img Image) (*Spec, error) {
 	if p == nil {
 		return nil, errors.New("platform: appliance.yaml has no provision section; add one with at least 'platform: libvirt|ovirt|kubevirt'")
 	}
-	infra := p.InfraID
-	if infra == "" {
-		infra = assets.InfraID
-	}
-	if infra == "" {
-		infra = cfg.Cluster.Name
-	}
+	infra := InfraID(cfg, assets)
 	s := &Spec{InfraID: infra, ClusterName: cfg.Cluster.Name, BaseDomain: cfg.Cluster.BaseDomain, Image: img}
 	for _, role := range []cluster.Role{cluster.RoleBootstrap, cluster.RoleMaster, cluster.RoleWorker} {
 		for _, n := range cfg.Nodes {

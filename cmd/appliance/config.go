@@ -6,6 +6,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"appliance/app/preflight"
+	"appliance/app/provision"
 	"appliance/internal/cluster"
 )
 
@@ -29,7 +30,7 @@ func newConfigCmd() *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", r.Message)
 			}
 			if p := cfg.Provision; p != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "provision: %d VM(s) on %s, %d at once\n", len(cfg.Nodes), platformWhere(p), p.Parallel)
+				fmt.Fprintf(cmd.OutOrStdout(), "provision: %d VM(s) on %s, %d at once\n", len(cfg.Nodes), provision.Where(p), p.Parallel)
 			}
 			return nil
 		},

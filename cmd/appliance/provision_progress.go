@@ -10,7 +10,7 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"appliance/platform"
+	"appliance/app/provision"
 )
 
 // isTerminal reports whether w is a character device (a person is watching).
@@ -75,8 +75,8 @@ func newLines(w io.Writer, machines []string, withImage bool) *progress {
 	return pr
 }
 
-// event is the platform.ApplyOptions.Progress callback.
-func (pr *progress) event(e platform.Event) {
+// event draws one step of a machine or of the base image.
+func (pr *progress) event(e provision.Step) {
 	name := e.Machine
 	if name == "" {
 		name = imageLine
@@ -129,4 +129,85 @@ func (pr *progress) close() {
 		}
 	}
 	pr.p.Wait()
+}
+
+// applyLines prints apply's events: plain lines for what happened, the
+// live lines of the build and of the wait, and the base image's download
+// bar on a terminal. Merge warnings go to errOut, everything else to out.
+type applyLines struct {
+	out, errOut io.Writer
+	terminal    bool
+	lines       *progress    // the build's or the wait's; nil between them
+	bar         *progressBar // the download's, on a terminal
+}
+
+func newApplyLines(out, errOut io.Writer) *applyLines {
+	return &applyLines{out: out, errOut: errOut, terminal: isTerminal(out)}
+}
+
+// event is apply's emit callback.
+func (a *applyLines) event(e provision.Event) {
+	out := a.out
+	switch e := e.(type) {
+	case provision.IgnitionWarning:
+		fmt.Fprintln(a.errOut, "warning:", e.Text)
+	case provision.ServingIgnition:
+		fmt.Fprintf(out, "serving the %s Ignition at %s (CA generated for this run, in the VM's pointer config)\n", e.Role, e.URL)
+	case provision.PlatformWarning:
+		fmt.Fprintln(out, "warning:", e.Text)
+	case provision.ImageDownload:
+		if !a.terminal {
+			return
+		}
+		if a.bar == nil {
+			a.bar = newProgressBar(out, "download")
+		}
+		a.bar.update(e.Done, e.Total)
+	case provision.ImageDownloaded:
+		if a.bar != nil {
+			a.bar.finish(e.Err == nil)
+			a.bar = nil
+		}
+	case provision.BuildStart:
+		a.lines = newProgress(out, e.Machines)
+	case provision.MachineStep:
+		if a.lines != nil {
+			a.lines.event(e.Step)
+		}
+	case provision.BuildEnd:
+		a.closeLines()
+		if r := e.Result; r != nil {
+			fmt.Fprintf(out, "\n%d created, %d completed, %d already there, %d started in %s.\n",
+				len(r.Created), len(r.Completed), len(r.Existing), len(r.Started), r.Elapsed.Round(100e6))
+		}
+	case provision.ServerStops:
+		fmt.Fprintf(out, "warning: the VMs are off, and the Ignition server stops now; their pointers carry this run's CA, so destroy them before the next apply serves again\n")
+	case provision.WaitStart:
+		fmt.Fprintf(out, "\nwaiting up to %s for every VM to run and report its address:\n", e.Timeout)
+		a.lines = newWaitProgress(out, e.Machines)
+	case provision.WaitEnd:
+		a.closeLines()
+	case provision.AllRunning:
+		fmt.Fprintf(out, "all %d VMs running with their addresses.\n", e.VMs)
+	case provision.AwaitingFetch:
+		fmt.Fprintf(out, "serving Ignition until the %s VMs have fetched it (Ctrl-C stops)...\n", provision.JoinRoles(e.Roles))
+	case provision.AllFetched:
+		fmt.Fprintln(out, "every served Ignition config was fetched.")
+	}
+}
+
+func (a *applyLines) closeLines() {
+	if a.lines != nil {
+		a.lines.close()
+		a.lines = nil
+	}
+}
+
+// close finishes whatever is still drawn.
+func (a *applyLines) close() {
+	a.closeLines()
+	if a.bar != nil {
+		a.bar.finish(false)
+		a.bar = nil
+	}
 }

@@ -1,19 +1,14 @@
-package main
+package provision
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 
 	"appliance/images"
 	"appliance/internal/cluster"
 	"appliance/platform"
-	"appliance/platform/kubevirt"
-	"appliance/platform/libvirt"
-	"appliance/platform/ovirt"
 )
 
 func sourceOf(p *cluster.Provision) images.Source {
@@ -67,8 +62,8 @@ func describeImage(ctx context.Context, p *cluster.Provision, log *slog.Logger) 
 
 // fetchImage returns the base image: the local file, the cluster-imported
 // URL or container disk, or a verified copy in the cache (downloading it
-// when missing, with a progress bar on a terminal).
-func fetchImage(ctx context.Context, p *cluster.Provision, out io.Writer, log *slog.Logger) (platform.Image, error) {
+// when missing, its bytes counted to emit).
+func fetchImage(ctx context.Context, p *cluster.Provision, emit func(Event), log *slog.Logger) (platform.Image, error) {
 	i := p.Image
 	if i.ContainerDisk != "" {
 		return platform.Image{ContainerDisk: i.ContainerDisk, Flavor: platform.FlavorOpenStack}, nil
@@ -98,54 +93,11 @@ func fetchImage(ctx context.Context, p *cluster.Provision, out io.Writer, log *s
 	if err != nil {
 		return platform.Image{}, err
 	}
-	progress := func(done, total int64) {}
-	var bar *progressBar
-	if isTerminal(out) {
-		bar = newProgressBar(out, "download")
-		progress = bar.update
-	}
-	img, err := f.Fetch(ctx, a, progress)
-	if bar != nil {
-		bar.finish(err == nil)
-	}
+	img, err := f.Fetch(ctx, a, func(done, total int64) { emit(ImageDownload{Done: done, Total: total}) })
+	emit(ImageDownloaded{Err: err})
 	if err != nil {
 		return platform.Image{}, err
 	}
 	log.Info("base image ready", "path", img.Path, "sha256", img.SHA256, "size", img.Size)
 	return toPlatformImage(img), nil
-}
-
-// openProvider connects to the platform appliance.yaml names. Credentials
-// come from the platform's own files and environment, never from flags.
-func openProvider(ctx context.Context, p *cluster.Provision, log *slog.Logger) (platform.Provider, error) {
-	switch p.Platform {
-	case cluster.PlatformLibvirt:
-		l := p.Libvirt
-		return libvirt.New(ctx, libvirt.Options{URI: l.URI, Socket: l.Socket, Pool: l.Pool, Network: l.Network, Bridge: l.Bridge,
-			DomainType: l.DomainType, Machine: l.Machine, Firmware: l.Firmware}, log)
-	case cluster.PlatformOVirt:
-		o := p.OVirt
-		path := o.CredentialsFile
-		if path == "" {
-			path = ovirt.DefaultCredentialsPath(os.Getenv)
-			if _, err := os.Stat(path); err != nil {
-				path = "" // the environment alone may carry everything
-			}
-		}
-		creds, err := ovirt.LoadCredentials(path, os.Getenv)
-		if err != nil {
-			return nil, err
-		}
-		if o.Insecure {
-			creds.Insecure = true
-		}
-		return ovirt.New(ctx, ovirt.Options{Credentials: creds, ClusterID: o.ClusterID, StorageDomainID: o.StorageDomainID,
-			VNICProfileID: o.VNICProfileID, Affinity: ovirt.Affinity{Disabled: o.Affinity == "none", Soft: o.Affinity == "soft"}}, log)
-	case cluster.PlatformKubeVirt:
-		k := p.KubeVirt
-		kubevirt.RouteClientLogs(log)
-		return kubevirt.New(ctx, kubevirt.Options{Kubeconfig: k.Kubeconfig, Context: k.Context, Namespace: k.Namespace,
-			Network: k.Network, StorageClass: k.StorageClass, Parallel: p.Parallel}, log)
-	}
-	return nil, fmt.Errorf("no platform %q", p.Platform)
 }

@@ -1,8 +1,7 @@
-package main
+package provision
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 
@@ -11,11 +10,18 @@ import (
 	"appliance/platform"
 )
 
-// ignitionFlags are apply's say over the Ignition each VM boots with.
-type ignitionFlags struct {
-	image    string // --image, as `appliance ignition --image`
-	noInject bool   // --no-inject: the assets as they are
-	serve    string // --serve-ignition ADDR:PORT
+// Ignition is apply's say over the Ignition each VM boots with.
+type Ignition struct {
+	// Files are the options the appliance's node files are made with, as
+	// for `appliance ignition`; Files.Image is the appliance image the
+	// nodes run (--image).
+	Files bootstrap.Options
+	// NoInject boots the installer's assets as they are (--no-inject).
+	NoInject bool
+	// Serve is ADDR:PORT of this machine, reachable from the VMs, to serve a
+	// config too large for the platform from (--serve-ignition); "" serves
+	// none.
+	Serve string
 }
 
 // bootIgnition is what prepareIgnition made of the assets.
@@ -38,8 +44,8 @@ func (b *bootIgnition) close() {
 // `appliance ignition`, on a copy: the asset files stay as they are), and,
 // for a config over the platform's platform.MaxIgnitionSize, a pointer to
 // it served from this machine over HTTPS (its answers logged to log).
-// Warnings go to warn.
-func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f ignitionFlags, warn io.Writer, log *slog.Logger) (*bootIgnition, error) {
+// The merge's warnings go to emit.
+func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f Ignition, emit func(Event), log *slog.Logger) (*bootIgnition, error) {
 	var roles []cluster.Role
 	conf, source := map[cluster.Role][]byte{}, map[cluster.Role]string{}
 	for _, m := range spec.Machines {
@@ -48,13 +54,12 @@ func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f ignitionFlags, 
 			conf[m.Role], source[m.Role] = m.Ignition, m.IgnitionSource
 		}
 	}
-	if !f.noInject {
-		if err := bootstrap.CheckImage(f.image); err != nil {
+	if !f.NoInject {
+		if err := bootstrap.CheckImage(f.Files.Image); err != nil {
 			return nil, fmt.Errorf("provision apply: %w; or give --no-inject to boot the assets as they are", err)
 		}
-		opts := bootstrapOptions(cfg, f.image)
 		for _, role := range roles {
-			files, err := bootstrap.Files(cfg, role, opts)
+			files, err := bootstrap.Files(cfg, role, f.Files)
 			if err != nil {
 				return nil, fmt.Errorf("provision apply: the appliance's files for %s: %w", source[role], err)
 			}
@@ -63,7 +68,7 @@ func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f ignitionFlags, 
 				return nil, fmt.Errorf("provision apply: %w", err)
 			}
 			for _, w := range m.Warnings {
-				fmt.Fprintln(warn, "warning:", w)
+				emit(IgnitionWarning{Text: w})
 			}
 			conf[role] = m.Config
 			if len(files) > 0 {
@@ -77,14 +82,14 @@ func prepareIgnition(spec *platform.Spec, cfg *cluster.Config, f ignitionFlags, 
 		if len(conf[role]) <= platform.MaxIgnitionSize {
 			continue
 		}
-		if f.serve == "" {
+		if f.Serve == "" {
 			return nil, fmt.Errorf("provision apply: %s is %d bytes, over the %d a VM can be handed on this platform; give --serve-ignition ADDR:PORT (an address of this machine the VMs reach) to serve it over HTTPS and hand the VM a small pointer config", source[role], len(conf[role]), platform.MaxIgnitionSize)
 		}
 		big[role] = conf[role]
 		b.served = append(b.served, role)
 	}
 	if len(big) > 0 {
-		srv, err := bootstrap.ServeConfigs(f.serve, big, log)
+		srv, err := bootstrap.ServeConfigs(f.Serve, big, log)
 		if err != nil {
 			return nil, fmt.Errorf("provision apply: --serve-ignition: %w", err)
 		}

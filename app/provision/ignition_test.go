@@ -1,4 +1,4 @@
-package main
+package provision
 
 import (
 	"bytes"
@@ -20,6 +20,28 @@ import (
 	"appliance/internal/cluster"
 	"appliance/platform"
 )
+
+// testImageRef is an appliance image reference as `--image` takes it.
+const testImageRef = "registry.example.com/appliance@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// testFiles are node-file options as the command builds them: the role
+// runs the static pod and resolves through it, and the LB drains for a
+// second before the pod goes.
+func testFiles(image string) bootstrap.Options {
+	return bootstrap.Options{Image: image, Drain: time.Second, Services: func(cluster.Role) bootstrap.RoleServices {
+		return bootstrap.RoleServices{Runs: true, DNS: true}
+	}}
+}
+
+// onlyWarnings takes prepareIgnition's events: the merge's warnings, as
+// the command takes them, and nothing else.
+func onlyWarnings(t *testing.T) func(Event) {
+	return func(e Event) {
+		if _, ok := e.(IgnitionWarning); !ok {
+			t.Errorf("preparing the Ignition reported %#v", e)
+		}
+	}
+}
 
 const provisionIgnConfig = `
 cluster: {name: ocp4, baseDomain: example.com}
@@ -84,8 +106,7 @@ func assetSums(t *testing.T, dir string) map[string]string {
 func TestPrepareIgnitionInjects(t *testing.T) {
 	spec, cfg, dir := provisionSpec(t, 10)
 	sums := assetSums(t, dir)
-	var warn bytes.Buffer
-	b, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef}, &warn, nil)
+	b, err := prepareIgnition(spec, cfg, Ignition{Files: testFiles(testImageRef)}, onlyWarnings(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +115,7 @@ func TestPrepareIgnitionInjects(t *testing.T) {
 		t.Error("a server started for configs that fit")
 	}
 	for _, m := range spec.Machines {
-		want, err := bootstrap.Files(cfg, m.Role, bootstrapOptions(cfg, testImageRef))
+		want, err := bootstrap.Files(cfg, m.Role, testFiles(testImageRef))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -120,10 +141,10 @@ func TestPrepareIgnitionInjects(t *testing.T) {
 
 func TestPrepareIgnitionFlags(t *testing.T) {
 	spec, cfg, dir := provisionSpec(t, 10)
-	if _, err := prepareIgnition(spec, cfg, ignitionFlags{}, io.Discard, nil); err == nil || !strings.Contains(err.Error(), "--image") || !strings.Contains(err.Error(), "--no-inject") {
+	if _, err := prepareIgnition(spec, cfg, Ignition{}, onlyWarnings(t), nil); err == nil || !strings.Contains(err.Error(), "--image") || !strings.Contains(err.Error(), "--no-inject") {
 		t.Errorf("no image: %v, want the error to name --image and --no-inject", err)
 	}
-	b, err := prepareIgnition(spec, cfg, ignitionFlags{noInject: true}, io.Discard, nil)
+	b, err := prepareIgnition(spec, cfg, Ignition{NoInject: true}, onlyWarnings(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,12 +163,12 @@ func TestPrepareIgnitionFlags(t *testing.T) {
 // fetches the whole config, the appliance's files in it.
 func TestPrepareIgnitionServesLarge(t *testing.T) {
 	spec, cfg, _ := provisionSpec(t, platform.MaxIgnitionSize)
-	_, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef}, io.Discard, nil)
+	_, err := prepareIgnition(spec, cfg, Ignition{Files: testFiles(testImageRef)}, onlyWarnings(t), nil)
 	if err == nil || !strings.Contains(err.Error(), "--serve-ignition") || !strings.Contains(err.Error(), "bootstrap.ign") || !strings.Contains(err.Error(), "bytes, over the 1048576") {
 		t.Fatalf("large bootstrap without --serve-ignition: %v", err)
 	}
 	spec, cfg, _ = provisionSpec(t, platform.MaxIgnitionSize)
-	b, err := prepareIgnition(spec, cfg, ignitionFlags{image: testImageRef, serve: "127.0.0.1:0"}, io.Discard, nil)
+	b, err := prepareIgnition(spec, cfg, Ignition{Files: testFiles(testImageRef), Serve: "127.0.0.1:0"}, onlyWarnings(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
