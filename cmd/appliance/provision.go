@@ -20,8 +20,6 @@ import (
 	"appliance/platform"
 )
 
-func init() { serviceCmds = append(serviceCmds, newProvisionCmd) }
-
 type provisionFlags struct {
 	g         *globalFlags
 	config    string
