@@ -13,7 +13,6 @@ import (
 
 	"github.com/miekg/dns"
 
-	"appliance/internal/apptest"
 	"appliance/internal/netlab"
 	"appliance/internal/netlab/netlabtest"
 )
@@ -90,7 +89,7 @@ func nodeFiles(self, upstream, kubeconfig string) map[string]string {
 // Kubernetes API.
 func TestDeployedNodes(t *testing.T) {
 	netlabtest.RequireRoot(t)
-	exe := apptest.Build(t)
+	exe := appliance(t)
 	files, assets := manifests(t, exe, deployedConfig)
 	if _, args := files["worker"].podCommand(t); strings.Join(args, " ") != "run --config /etc/appliance/appliance.yaml --role worker" {
 		t.Fatalf("the worker's static pod runs %q; this test expects the deployed command line", args)
@@ -230,7 +229,7 @@ metadata:
 // longer the default 10.128.0.0/14.
 func TestDeployedClusterNetwork(t *testing.T) {
 	netlabtest.RequireRoot(t)
-	exe := apptest.Build(t)
+	exe := appliance(t)
 	files, _ := manifests(t, exe, `apiVersion: v1
 metadata: {name: ocp4}
 baseDomain: example.com

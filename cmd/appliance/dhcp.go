@@ -15,8 +15,6 @@ import (
 	"appliance/internal/service"
 )
 
-func init() { serviceCmds = append(serviceCmds, newDHCPCmd) }
-
 type dhcpFlags struct {
 	config      string
 	id          identityFlags

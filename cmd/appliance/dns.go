@@ -16,8 +16,6 @@ import (
 	"appliance/internal/service"
 )
 
-func init() { serviceCmds = append(serviceCmds, newDNSCmd) }
-
 type dnsFlags struct {
 	config      string
 	listen      string

@@ -11,8 +11,6 @@ import (
 	"appliance/lb"
 )
 
-func init() { serviceCmds = append(serviceCmds, newIgnitionCmd) }
-
 // bootstrapOptions ties the node files to what `appliance run` does: a role
 // runs the static pod when its plan has any service (a worker runs DNS, and
 // the ingress VIP when there is one), and resolves through it when it

@@ -14,8 +14,6 @@ import (
 	"appliance/images"
 )
 
-func init() { serviceCmds = append(serviceCmds, newImagesCmd) }
-
 type imagesFlags struct {
 	stream   string
 	arch     string

@@ -13,8 +13,6 @@ import (
 	"appliance/lb"
 )
 
-func init() { serviceCmds = append(serviceCmds, newLBCmd) }
-
 type lbFlags struct {
 	config      string
 	id          identityFlags

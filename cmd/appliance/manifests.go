@@ -8,8 +8,6 @@ import (
 	"appliance/bootstrap"
 )
 
-func init() { serviceCmds = append(serviceCmds, newManifestsCmd) }
-
 func newManifestsCmd(g *globalFlags) *cobra.Command {
 	var config, dir, image string
 	cmd := &cobra.Command{

@@ -15,8 +15,6 @@ import (
 	"appliance/lb"
 )
 
-func init() { serviceCmds = append(serviceCmds, newPreflightCmd) }
-
 type preflightFlags struct {
 	config     string
 	id         identityFlags

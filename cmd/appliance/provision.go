@@ -16,8 +16,6 @@ import (
 	"appliance/app/provision"
 )
 
-func init() { serviceCmds = append(serviceCmds, newProvisionCmd) }
-
 type provisionFlags struct {
 	g         *globalFlags
 	config    string

@@ -13,8 +13,6 @@ import (
 	"appliance/app/render"
 )
 
-func init() { serviceCmds = append(serviceCmds, newRenderCmd) }
-
 type renderFlags struct {
 	config string
 	out    string

@@ -27,17 +27,30 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: text, json, or auto (text on a terminal, JSON otherwise)")
-	root.AddCommand(newVIPCmd(g), newConfigCmd(), newStatusCmd(), newVersionCmd(), newLabCmd(g))
-	for _, sub := range serviceCmds {
-		root.AddCommand(sub(g))
-	}
+	// Every subcommand, in one list: what the binary can do reads here,
+	// and a new one is added here (its flags and run live in its own file).
+	root.AddCommand(
+		// The node's services, one at a time or all together.
+		newRunCmd(g),
+		newVIPCmd(g),
+		newDNSCmd(g),
+		newLBCmd(g),
+		newDHCPCmd(g),
+		// Before and around an install.
+		newConfigCmd(),
+		newPreflightCmd(g),
+		newIgnitionCmd(g),
+		newManifestsCmd(g),
+		newRenderCmd(g),
+		newProvisionCmd(g),
+		newImagesCmd(g),
+		// A running appliance, and this binary.
+		newStatusCmd(),
+		newVersionCmd(),
+		newLabCmd(g),
+	)
 	return root
 }
-
-// serviceCmds are the standalone service subcommands (dns, lb, dhcp, ...);
-// each registers itself from its own file's init so adding one touches
-// only that file.
-var serviceCmds []func(*globalFlags) *cobra.Command
 
 // serviceStart is how every service subcommand begins: the logger, then the
 // validated config (a missing --config is a usage error naming the service).

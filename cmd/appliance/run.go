@@ -14,8 +14,6 @@ import (
 	"appliance/lb"
 )
 
-func init() { serviceCmds = append(serviceCmds, newRunCmd) }
-
 type runFlags struct {
 	config      string
 	id          identityFlags

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"fmt"
@@ -17,8 +17,6 @@ import (
 // Namespace tests of `appliance vip`: real kernels, real raw sockets, the real
 // binary. Timeouts are loose (10x the expected figures); precise numbers come
 // from `make bench`.
-
-var labVIP = netip.MustParseAddr("192.168.126.5")
 
 // vipArgs are the flags of one lab node's VIP daemon.
 func vipArgs(lab *netlab.Lab, prio int, extra ...string) []string {
@@ -242,7 +240,7 @@ func TestVIPCollisionIsReported(t *testing.T) {
 		t.Errorf("/status should report the VRID collision and the peer:\n%s", status)
 	}
 	// `appliance status` renders the same for a person.
-	out, err := lab.Nodes[0].Run(t.Context(), "env", envRunMain+"=1", selfExe(t), "status")
+	out, err := lab.Nodes[0].Run(t.Context(), appliance(t), "status")
 	if err != nil {
 		t.Fatal(err)
 	}

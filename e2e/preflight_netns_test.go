@@ -1,8 +1,9 @@
-package main
+package e2e
 
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 func TestPreflightAgreesWithApplianceDNS(t *testing.T) {
 	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "pfdns"})
 	n0, n1 := lab.Nodes[0], lab.Nodes[1]
-	path := writeConfig(t, fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
+	path := writeFile(t, "appliance.yaml", fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
 network:
   machineCIDR: 192.168.126.0/24
   apiVIPs: [192.168.126.5]
@@ -44,7 +45,7 @@ nodes:
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := n0.Command(ctx, "env", envRunMain+"=1", selfExe(t), "--log-format", "text", "preflight", "--config", path,
+	cmd := n0.Command(ctx, appliance(t), "--log-format", "text", "preflight", "--config", path,
 		"-o", "json", "--resolver", "192.168.126.11", "--probe-wait", "300ms", "--dhcp-wait", "500ms", "--vrrp-listen", "500ms")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -66,4 +67,22 @@ nodes:
 	if seen != 5+2*3 {
 		t.Errorf("%d DNS checks ran, want 11:\n%s\n%s", seen, stdout.String(), stderr.String())
 	}
+}
+
+// preflightResult is one check of `appliance preflight -o json`.
+type preflightResult struct {
+	ID      string          `json:"id"`
+	Status  string          `json:"status"`
+	Message string          `json:"message"`
+	Details json.RawMessage `json:"details"`
+}
+
+// decodeResults parses the output of `appliance preflight -o json`.
+func decodeResults(t *testing.T, out string) []preflightResult {
+	t.Helper()
+	var rs []preflightResult
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("-o json output is not a JSON list: %v\n%s", err, out)
+	}
+	return rs
 }

@@ -1,6 +1,6 @@
 //go:build bench
 
-package main
+package e2e
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -161,7 +163,7 @@ vrrp: {advertInterval: 100ms}
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod, err := bootstrap.StaticPod(cfg, bootstrap.PodOptions{Image: testImageRef, Role: cluster.RoleBootstrap, Drain: time.Second})
+	pod, err := bootstrap.StaticPod(cfg, bootstrap.PodOptions{Image: testImage, Role: cluster.RoleBootstrap, Drain: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,13 +200,15 @@ vrrp: {advertInterval: 100ms}
 	}
 
 	ca := "data:text/plain;charset=utf-8;base64," + base64.StdEncoding.EncodeToString(caPEM)
+	var edited string // the last master.ign `appliance ignition` edited
 	fetch := func(t *testing.T, host, version string) (root string) {
 		dir := t.TempDir()
 		pointer := fmt.Sprintf(`{"ignition":{"config":{"merge":[{"source":"https://%s/config/master"}]},"security":{"tls":{"certificateAuthorities":[{"source":"%s"}]}},"version":"%s"}}`, host, ca, version)
 		os.WriteFile(filepath.Join(dir, "master.ign"), []byte(pointer), 0o600)
-		if out, err := runBootstrapCmd(t, "ignition", "--config", cfgPath, "--assets", dir, "--image", testImageRef); err != nil {
+		if out, err := exec.Command(appliance(t), "ignition", "--config", cfgPath, "--assets", dir, "--image", testImage).CombinedOutput(); err != nil {
 			t.Fatalf("appliance ignition: %v\n%s", err, out)
 		}
+		edited = filepath.Join(dir, "master.ign")
 		root = scratchRoot(t)
 		run := t.TempDir()
 		stub := filepath.Join(run, "bin")
@@ -225,14 +229,16 @@ vrrp: {advertInterval: 100ms}
 		return root
 	}
 
-	want, err := bootstrap.Files(cfg, cluster.RoleMaster, bootstrapOptions(cfg, testImageRef))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = append(want, bootstrap.File{Path: "/etc/mcs-file", Mode: 0o644, Contents: mcs.file})
 	for _, v := range []string{"3.1.0", "3.2.0"} {
 		t.Run(v, func(t *testing.T) {
 			root := fetch(t, vipMCS, v)
+			// The appliance's files are the ones `appliance ignition` put
+			// into master.ign (cmd/appliance's tests hold it to the node's
+			// plan); the MCS's come through the merge.
+			want := append(ignitionFiles(t, edited), bootstrap.File{Path: "/etc/mcs-file", Mode: 0o644, Contents: mcs.file})
+			if !slices.ContainsFunc(want, func(f bootstrap.File) bool { return f.Path == bootstrap.StaticPodPath }) {
+				t.Fatalf("master.ign carries no static pod at %s: %d files", bootstrap.StaticPodPath, len(want)-1)
+			}
 			for _, f := range want {
 				p := filepath.Join(root, f.Path)
 				got, err := os.ReadFile(p)
@@ -262,6 +268,43 @@ vrrp: {advertInterval: 100ms}
 		}
 	}
 	t.Logf("Ignition's Accept header, through the VIP as directly: %q", direct)
+}
+
+// ignitionFiles decodes the files (path, mode, contents) of the Ignition
+// config at path: data URLs, as bootstrap.Merge writes them.
+func ignitionFiles(t *testing.T, path string) []bootstrap.File {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ign struct {
+		Storage struct {
+			Files []struct {
+				Path     string `json:"path"`
+				Mode     *int   `json:"mode"`
+				Contents struct {
+					Source string `json:"source"`
+				} `json:"contents"`
+			} `json:"files"`
+		} `json:"storage"`
+	}
+	if err := json.Unmarshal(raw, &ign); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var out []bootstrap.File
+	for _, f := range ign.Storage.Files {
+		b64, ok := strings.CutPrefix(f.Contents.Source, "data:;base64,")
+		if !ok || f.Mode == nil {
+			t.Fatalf("%s: %s: source %.40q (want a base64 data URL) and mode %v", path, f.Path, f.Contents.Source, f.Mode)
+		}
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", path, f.Path, err)
+		}
+		out = append(out, bootstrap.File{Path: f.Path, Mode: *f.Mode, Contents: b})
+	}
+	return out
 }
 
 // waitProbe GETs http://addr/path inside node, as the kubelet probes a

@@ -1,10 +1,9 @@
-package main
+package e2e
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,14 +15,11 @@ import (
 	"appliance/internal/netlab/netlabtest"
 )
 
-// runRender runs `appliance render` (this test binary as the appliance) and
-// returns the output folder.
+// runRender runs `appliance render` and returns the output folder.
 func runRender(t *testing.T, cfgPath string) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out")
-	cmd := exec.Command(selfExe(t), "render", "--config", cfgPath, "--out", out)
-	cmd.Env = append(os.Environ(), envRunMain+"=1")
-	b, err := cmd.CombinedOutput()
+	b, err := exec.Command(appliance(t), "render", "--config", cfgPath, "--out", out).CombinedOutput()
 	if err != nil {
 		t.Fatalf("appliance render: %v\n%s", err, b)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -71,19 +71,20 @@ func waitPeers(t *testing.T, n *netlab.Node, want []netip.Addr, within time.Dura
 	t.Fatalf("%s: api-v4 runs %s to %v, want unicast to %v", n.Name, st.Transport, st.Peers, want)
 }
 
-// kubeAPI is a real kube-apiserver (and etcd) inside a lab node, and the
-// kubeconfig the appliances read it with.
-type kubeAPI struct {
+// adminKubeAPI is a real kube-apiserver (and etcd) inside a lab node, and
+// the kubeconfig the appliances read it with: as its admin, where
+// deployed_test.go's kubeAPI gives each node a kubelet's own rights.
+type adminKubeAPI struct {
 	node       *netlab.Node
 	direct     string // start.sh's kubeconfig (admin), for kubectl in that node
 	kubeconfig string // the nodes': any server, insecure; the masters read their local stand-in
 	kubectl    string
 }
 
-// startKubeAPI starts etcd and kube-apiserver inside n with the shared
+// startAdminKubeAPI starts etcd and kube-apiserver inside n with the shared
 // tools, bound to n's address, as `make run`'s lab does. Without the
 // binaries it skips (fails under CI).
-func startKubeAPI(t *testing.T, n *netlab.Node) *kubeAPI {
+func startAdminKubeAPI(t *testing.T, n *netlab.Node) *adminKubeAPI {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	root, err := kubevirttest.ModuleRoot()
@@ -92,7 +93,7 @@ func startKubeAPI(t *testing.T, n *netlab.Node) *kubeAPI {
 	}
 	tools := filepath.Join(root, "..", "shared", "tools", "kube-apiserver")
 	if assets == "" {
-		kubevirttest.Skip(t, "no kube-apiserver: run KUBEBUILDER_ASSETS=$(../shared/tools/kube-apiserver/build.sh) go test ./cmd/appliance")
+		kubevirttest.Skip(t, "no kube-apiserver: run KUBEBUILDER_ASSETS=$(../shared/tools/kube-apiserver/build.sh) go test ./e2e")
 	}
 	state := filepath.Join(t.TempDir(), "kube")
 	out, err := n.Run(t.Context(), "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
@@ -109,7 +110,7 @@ func startKubeAPI(t *testing.T, n *netlab.Node) *kubeAPI {
 	if len(fields) == 0 {
 		t.Fatal("start.sh printed no kubeconfig")
 	}
-	k := &kubeAPI{node: n, direct: fields[len(fields)-1], kubectl: filepath.Join(assets, "kubectl")}
+	k := &adminKubeAPI{node: n, direct: fields[len(fields)-1], kubectl: filepath.Join(assets, "kubectl")}
 	direct, err := os.ReadFile(k.direct)
 	if err != nil {
 		t.Fatal(err)
@@ -140,7 +141,7 @@ current-context: ocp4
 }
 
 // upstream is the real API's URL, for the stand-in apiservers.
-func (k *kubeAPI) upstream(t *testing.T) string {
+func (k *adminKubeAPI) upstream(t *testing.T) string {
 	b, err := os.ReadFile(k.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func (k *kubeAPI) upstream(t *testing.T) string {
 
 // createMaster creates a master Node with its InternalIP, as a kubelet
 // registers.
-func (k *kubeAPI) createMaster(t *testing.T, name string, addr netip.Addr) {
+func (k *adminKubeAPI) createMaster(t *testing.T, name string, addr netip.Addr) {
 	t.Helper()
 	doc := writeFile(t, name+".yaml", fmt.Sprintf(`apiVersion: v1
 kind: Node
@@ -246,7 +247,7 @@ func TestRunUnicastCluster(t *testing.T) {
 	procs := map[string]*netlab.Process{}
 	dumpOnFailure(t, procs)
 	masters, day2, rogue, apiNode := lab.Nodes[:3], lab.Nodes[3], lab.Nodes[4], lab.Nodes[5]
-	kube := startKubeAPI(t, apiNode)
+	kube := startAdminKubeAPI(t, apiNode)
 	cfg := unicastClusterConfig(t, lab, "")
 	up := kube.upstream(t)
 	for i, n := range masters {

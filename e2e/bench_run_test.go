@@ -1,6 +1,6 @@
 //go:build bench
 
-package main
+package e2e
 
 import (
 	"context"
@@ -21,7 +21,6 @@ import (
 
 	"github.com/miekg/dns"
 
-	"appliance/internal/apptest"
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 	"appliance/internal/netlab/netlabtest"
@@ -344,7 +343,7 @@ type side struct {
 // each; withLocalAPI also runs a stand-in apiserver on n0 itself.
 func newSides(t *testing.T, withLocalAPI, ingress bool) (apl, stk *side) {
 	t.Helper()
-	bin := apptest.Build(t)
+	bin := appliance(t)
 	mk := func(name string) *side {
 		lab := netlabtest.New(t, netlab.Options{Nodes: 4, Name: name})
 		s := &side{lab: lab, masters: lab.Nodes[:3], client: lab.Nodes[3]}
@@ -474,7 +473,7 @@ func loadavg() string {
 // through the VIP and the LB to stand-in apiservers), each load alone too.
 // Windows of BENCH_WINDOW (20 s); RSS at each window's end, CPU over it.
 //
-//	go test -count=1 -tags bench -run '^TestBenchRunResources$' -v ./cmd/appliance
+//	go test -count=1 -tags bench -run '^TestBenchRunResources$' -v ./e2e
 func TestBenchRunResources(t *testing.T) {
 	netlabtest.RequireRoot(t)
 	if _, err := exec.LookPath("dnsperf"); err != nil {
@@ -596,7 +595,7 @@ func TestBenchRunResources(t *testing.T) {
 // keepalived + haproxy + CoreDNS started at the same instant. n0 runs no
 // apiserver itself, so a call through the VIP only succeeds through the LB.
 //
-//	BENCH_RUNS=5 go test -count=1 -tags bench -run '^TestBenchRunStartup$' -v ./cmd/appliance
+//	BENCH_RUNS=5 go test -count=1 -tags bench -run '^TestBenchRunStartup$' -v ./e2e
 func TestBenchRunStartup(t *testing.T) {
 	netlabtest.RequireRoot(t)
 	apl, stk := newSides(t, false, false)
@@ -833,7 +832,7 @@ func handover(t *testing.T, c *handoverCluster, readyzFirst bool) handoverResult
 // is stopped); "stopped holding" stops the bootstrap's VIP service while
 // it still holds the VIP.
 //
-//	BENCH_RUNS=3 go test -count=1 -tags bench -run '^TestBenchRunHandover$' -v ./cmd/appliance
+//	BENCH_RUNS=3 go test -count=1 -tags bench -run '^TestBenchRunHandover$' -v ./e2e
 func TestBenchRunHandover(t *testing.T) {
 	netlabtest.RequireRoot(t)
 	runs := benchRunsOr(3)
