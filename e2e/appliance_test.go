@@ -39,6 +39,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// A race in an appliance process ends it, so the test fails there
+	// rather than the report going unread in a log.
+	if os.Getenv("GORACE") == "" {
+		os.Setenv("GORACE", "halt_on_error=1")
+	}
 	dir, err := os.MkdirTemp("", "appliance-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -55,16 +60,17 @@ var (
 	builtExe  string // "" until a build succeeded
 )
 
-// appliance is the shipped appliance binary (internal/apptest.Build: static,
-// stripped, as `make build` makes it), built by the first test that asks
-// and shared by every test of this binary. A failed build fails that test;
-// the others fail at once without building again.
+// appliance is the appliance binary (internal/apptest.BuildChecked: the
+// shipped build, or under go test -race one with the race detector, whose
+// first race ends the process: GORACE is set in TestMain), built by the
+// first test that asks and shared by every test of this binary. A failed
+// build fails that test; the others fail at once without building again.
 func appliance(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		// Build puts the binary in t's temporary folder, which goes when t
 		// ends; it is moved to one that lasts as long as the test binary.
-		bin := apptest.Build(t)
+		bin := apptest.BuildChecked(t)
 		dst := filepath.Join(binDir, "appliance")
 		if err := os.Rename(bin, dst); err != nil {
 			t.Fatalf("keep the appliance binary: %v", err)

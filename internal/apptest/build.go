@@ -21,3 +21,25 @@ func Build(t testing.TB) string {
 	}
 	return bin
 }
+
+// BuildChecked compiles cmd/appliance as Build does, except that when the
+// calling test binary runs under the race detector (go test -race, as
+// `make test` runs), the appliance is built with it too (which needs cgo,
+// so it is dynamically linked and keeps its symbols for the reports): a
+// whole-system test then checks the appliance's own processes for data
+// races. Run them with GORACE=halt_on_error=1 so a race ends the process,
+// and the test that needed it fails. Benchmarks and size or memory figures
+// use Build: they measure the shipped binary.
+func BuildChecked(t testing.TB) string {
+	t.Helper()
+	if !raceEnabled {
+		return Build(t)
+	}
+	bin := filepath.Join(t.TempDir(), "appliance")
+	cmd := exec.Command("go", "build", "-race", "-trimpath", "-o", bin, "appliance/cmd/appliance")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build appliance with the race detector: %v\n%s", err, out)
+	}
+	return bin
+}
