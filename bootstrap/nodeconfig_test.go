@@ -1,6 +1,9 @@
 package bootstrap
 
 import (
+	"bytes"
+	"flag"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -98,5 +101,53 @@ func TestNodeConfigCoversTheModel(t *testing.T) {
 				t.Errorf("cluster.%s.%s is not written into the node's appliance.yaml: add it to NodeConfig (bootstrap/nodeconfig.go) and to this list", typ.Name(), f.Name)
 			}
 		}
+	}
+}
+
+var updateGolden = flag.Bool("update", false, "rewrite the node config goldens in internal/cluster/testdata/marshal")
+
+// TestNodeConfigGolden pins the node's appliance.yaml byte for byte: nodes in
+// the field hold these files, and a change of key order or of what is left
+// out must be a decision, not an accident. Each X.in.yaml is read as `appliance
+// ignition` reads it; X.out.yaml is the node's file after the header.
+func TestNodeConfigGolden(t *testing.T) {
+	ins, _ := filepath.Glob("../internal/cluster/testdata/marshal/*.in.yaml")
+	if len(ins) < 5 {
+		t.Fatalf("only %d golden inputs", len(ins))
+	}
+	for _, in := range ins {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
+		t.Run(name, func(t *testing.T) {
+			cfg, err := cluster.Load(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.VRRP.Mode == cluster.VRRPModeKeepalivedOpenShift {
+				// Parse never leaves a password in a compat-mode model, but
+				// one put there by hand must not reach the node either.
+				cfg.VRRP.AuthPass = "s3cret"
+			}
+			y, err := NodeConfig(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, ok := bytes.CutPrefix(y, []byte(nodeConfigHeader))
+			if !ok {
+				t.Fatalf("no header:\n%s", y)
+			}
+			out := strings.TrimSuffix(in, ".in.yaml") + ".out.yaml"
+			if *updateGolden {
+				if err := os.WriteFile(out, body, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(body, want) {
+				t.Errorf("the node's appliance.yaml changed:\n got:\n%s\nwant (%s):\n%s", body, out, want)
+			}
+		})
 	}
 }
