@@ -38,6 +38,11 @@ func seedFuzz(f *testing.F) {
 	if err != nil || len(examples) == 0 {
 		f.Fatalf("no install-config examples: %v", err)
 	}
+	goldens, err := filepath.Glob(filepath.Join("testdata", "marshal", "*.in.yaml"))
+	if err != nil || len(goldens) == 0 {
+		f.Fatalf("no marshal inputs: %v", err)
+	}
+	examples = append(examples, goldens...)
 	for _, name := range append([]string{filepath.Join("testdata", "appliance.yaml")}, examples...) {
 		data, err := os.ReadFile(name)
 		if err != nil {
@@ -75,5 +80,24 @@ func FuzzParseInstallConfig(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := ParseInstallConfig(data)
 		checkParseResult(t, cfg, err)
+	})
+}
+
+// FuzzParseMarshal: whatever Parse (or, for an install-config,
+// ParseInstallConfig) accepts, Marshal writes a file that Parse reads back as
+// the same model, less provision and Origin, and writing that model again
+// gives the same bytes.
+func FuzzParseMarshal(f *testing.F) {
+	seedFuzz(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		parse := Parse
+		if isInstallConfig(data) {
+			parse = ParseInstallConfig
+		}
+		cfg, err := parse(data)
+		if err != nil {
+			return
+		}
+		checkMarshalRoundTrip(t, cfg)
 	})
 }
