@@ -121,6 +121,10 @@ func TestParseBad(t *testing.T) {
 		{name: "nodes not list", muts: []mut{{"nodes", map[string]any{"name": "x"}}}, wantPath: "nodes", wantMsg: "want a list"},
 		{name: "version not number", muts: []mut{{"vrrp.version", "three"}}, wantPath: "vrrp.version", wantMsg: `want a whole number, got the text "three"`},
 		{name: "version fraction", muts: []mut{{"vrrp.version", 2.5}}, wantPath: "vrrp.version", wantMsg: "want a whole number, got 2.5"},
+		{name: "control character", yaml: "cluster: {name: a, baseDomain: b.c}\nnetwork: {machineCIDR: 10.0.0.0/24, apiVIPs: [10.0.0.5]}\ndhcp: {leaseFile: \"/a\\u0085b\"}\n",
+			wantPath: "dhcp.leaseFile", wantMsg: "holds the control character U+0085; remove it"},
+		{name: "DEL", yaml: "cluster: {name: a, baseDomain: b.c}\nnetwork: {machineCIDR: 10.0.0.0/24, apiVIPs: [10.0.0.5]}\nvrrp: {version: 2, authPass: \"a\\x7f\"}\n",
+			wantPath: "vrrp.authPass", wantMsg: "holds the control character U+007F; remove it"},
 		{name: "preempt not bool", muts: []mut{{"vrrp.preempt", "maybe"}}, wantPath: "vrrp.preempt", wantMsg: "want true or false"},
 
 		// cluster

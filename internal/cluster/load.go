@@ -289,8 +289,12 @@ func checkShape(node any, t reflect.Type, path string, v *validator) {
 			checkShape(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), v)
 		}
 	case reflect.String:
-		switch node.(type) {
-		case string, json.Number, bool:
+		switch x := node.(type) {
+		case string:
+			if r, ok := controlChar(x); ok {
+				v.addBad(path, "holds the control character %U; remove it", r)
+			}
+		case json.Number, bool:
 			// YAML scalars; numbers and booleans are read as their text.
 		default:
 			v.addBad(path, "want a single value, got %s", describe(node))
@@ -312,6 +316,20 @@ func checkShape(node any, t reflect.Type, path string, v *validator) {
 			v.addBad(path, "want true or false, got %s", describe(node))
 		}
 	}
+}
+
+// controlChar finds what Marshal could not write back: DEL, a C1 control
+// (U+0080..U+009F) or U+FFFE/U+FFFF. A double-quoted YAML scalar can spell
+// one with an escape, but the YAML writer refuses them, and folds NEL
+// (U+0085) into a space. C0 controls, a tab say, are written as escapes and
+// read back, so files holding one (nodes in the field may) stay readable.
+func controlChar(s string) (rune, bool) {
+	for _, r := range s {
+		if r == 0x7f || r >= 0x80 && r <= 0x9f || r == 0xfffe || r == 0xffff {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 func joinPath(path, key string) string {

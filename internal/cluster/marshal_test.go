@@ -246,3 +246,14 @@ func containsValue(vs []reflect.Value, v reflect.Value) bool {
 	}
 	return false
 }
+
+// TestMarshalC0Controls: a tab or another C0 control in a free-text value is
+// written as an escape and read back, so Parse keeps taking them.
+func TestMarshalC0Controls(t *testing.T) {
+	cfg, err := Parse([]byte("cluster: {name: a, baseDomain: b.c}\nnetwork: {machineCIDR: 10.0.0.0/24, apiVIPs: [10.0.0.5]}\n" +
+		"vrrp: {version: 2, authPass: \"a\\tb\\x00\\x1f\"}\ndhcp: {leaseFile: \"/a\\nb\\rc\"}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMarshalRoundTrip(t, cfg)
+}
