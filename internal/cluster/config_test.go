@@ -269,6 +269,8 @@ func TestParseBad(t *testing.T) {
 		{name: "nodeIPHint outside", muts: []mut{{"network.nodeIPHint", []any{"10.0.0.1"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "10.0.0.1 is in no machine network (192.168.126.0/24, fd00:126::/64)"},
 		{name: "nodeIPHint a node's", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.10"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "node master-0's own address, which OpenShift's nodeip-configuration skips; give an address no node has, e.g. the network's own 192.168.126.0"},
 		{name: "nodeIPHint two of a family", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.0", "192.168.126.1"}}}, wantPath: "network.nodeIPHint[1]", wantMsg: "a second IPv4 hint"},
+		{name: "default nodeIPHint a node's", yaml: "cluster: {name: a, baseDomain: b.c}\nnetwork: {machineCIDR: 10.0.0.0/31, apiVIPs: [10.0.0.1]}\nnodes: [{name: m, role: master, ips: [10.0.0.0]}]\n",
+			wantPath: "network.nodeIPHint", wantMsg: "the default hint 10.0.0.0 (the first address of 10.0.0.0/31; no network.nodeIPHint given) is node m's own address"},
 		{name: "nodeIPHint not an address", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.0/24"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "without the /prefix"},
 		// vrrp.transport
 		{name: "transport unknown", muts: []mut{{"vrrp.transport", "broadcast"}}, wantPath: "vrrp.transport", wantMsg: `"broadcast" is not a transport (want unicast, the default, or multicast)`},
