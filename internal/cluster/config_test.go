@@ -121,6 +121,10 @@ func TestParseBad(t *testing.T) {
 		{name: "nodes not list", muts: []mut{{"nodes", map[string]any{"name": "x"}}}, wantPath: "nodes", wantMsg: "want a list"},
 		{name: "version not number", muts: []mut{{"vrrp.version", "three"}}, wantPath: "vrrp.version", wantMsg: `want a whole number, got the text "three"`},
 		{name: "version fraction", muts: []mut{{"vrrp.version", 2.5}}, wantPath: "vrrp.version", wantMsg: "want a whole number, got 2.5"},
+		{name: "control character", yaml: "cluster: {name: a, baseDomain: b.c}\nnetwork: {machineCIDR: 10.0.0.0/24, apiVIPs: [10.0.0.5]}\ndhcp: {leaseFile: \"/a\\u0085b\"}\n",
+			wantPath: "dhcp.leaseFile", wantMsg: "holds the control character U+0085; remove it"},
+		{name: "DEL", yaml: "cluster: {name: a, baseDomain: b.c}\nnetwork: {machineCIDR: 10.0.0.0/24, apiVIPs: [10.0.0.5]}\nvrrp: {version: 2, authPass: \"a\\x7f\"}\n",
+			wantPath: "vrrp.authPass", wantMsg: "holds the control character U+007F; remove it"},
 		{name: "preempt not bool", muts: []mut{{"vrrp.preempt", "maybe"}}, wantPath: "vrrp.preempt", wantMsg: "want true or false"},
 
 		// cluster
@@ -265,6 +269,8 @@ func TestParseBad(t *testing.T) {
 		{name: "nodeIPHint outside", muts: []mut{{"network.nodeIPHint", []any{"10.0.0.1"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "10.0.0.1 is in no machine network (192.168.126.0/24, fd00:126::/64)"},
 		{name: "nodeIPHint a node's", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.10"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "node master-0's own address, which OpenShift's nodeip-configuration skips; give an address no node has, e.g. the network's own 192.168.126.0"},
 		{name: "nodeIPHint two of a family", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.0", "192.168.126.1"}}}, wantPath: "network.nodeIPHint[1]", wantMsg: "a second IPv4 hint"},
+		{name: "default nodeIPHint a node's", yaml: "cluster: {name: a, baseDomain: b.c}\nnetwork: {machineCIDR: 10.0.0.0/31, apiVIPs: [10.0.0.1]}\nnodes: [{name: m, role: master, ips: [10.0.0.0]}]\n",
+			wantPath: "network.nodeIPHint", wantMsg: "the default hint 10.0.0.0 (the first address of 10.0.0.0/31; no network.nodeIPHint given) is node m's own address"},
 		{name: "nodeIPHint not an address", muts: []mut{{"network.nodeIPHint", []any{"192.168.126.0/24"}}}, wantPath: "network.nodeIPHint[0]", wantMsg: "without the /prefix"},
 		// vrrp.transport
 		{name: "transport unknown", muts: []mut{{"vrrp.transport", "broadcast"}}, wantPath: "vrrp.transport", wantMsg: `"broadcast" is not a transport (want unicast, the default, or multicast)`},

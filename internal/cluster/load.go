@@ -87,25 +87,29 @@ func isInstallConfig(data []byte) bool {
 	return probe.APIVersion == "v1" && probe.Metadata.Name != "" && probe.Platform != nil
 }
 
-// The raw* types mirror the YAML document. Leaves are strings (or ints) so
-// that every bad value reaches the validator, which names its path; the
-// typed model is built from them in validate.go.
+// The raw* types are appliance.yaml's schema, read and written: Parse decodes
+// them and validate.go turns them into the model; Marshal (marshal.go) fills
+// them from the model and encodes them. Leaves are strings (or ints) so that
+// every bad value reaches the validator, which names its path. A key tagged
+// omitempty is written only when the model holds something there (its zero
+// means "not set"); the others are always written, so a written file spells
+// out every default. Parse ignores the tag's options.
 type rawConfig struct {
 	Cluster rawCluster `json:"cluster"`
 	Network rawNetwork `json:"network"`
-	Nodes   []rawNode  `json:"nodes"`
+	Nodes   []rawNode  `json:"nodes,omitempty"`
 	VRRP    rawVRRP    `json:"vrrp"`
 	DHCP    rawDHCP    `json:"dhcp"`
 	LB      rawLB      `json:"lb"`
 	DNS     rawDNS     `json:"dns"`
 	Admin   rawAdmin   `json:"admin"`
 
-	Provision *rawProvision `json:"provision"`
+	Provision *rawProvision `json:"provision,omitempty"`
 }
 
 type rawLB struct {
 	Enabled  *bool  `json:"enabled"`
-	Balance  string `json:"balance"`
+	Balance  string `json:"balance,omitempty"`
 	MCS      *bool  `json:"mcs"`
 	Redirect *bool  `json:"redirect"`
 }
@@ -113,7 +117,7 @@ type rawLB struct {
 type rawDNS struct {
 	Enabled   *bool    `json:"enabled"`
 	MDNS      *bool    `json:"mdns"`
-	AllowFrom []string `json:"allowFrom"`
+	AllowFrom []string `json:"allowFrom,omitempty"`
 }
 
 type rawCluster struct {
@@ -122,13 +126,13 @@ type rawCluster struct {
 }
 
 type rawNetwork struct {
-	MachineCIDR  string   `json:"machineCIDR"`
+	MachineCIDR  string   `json:"machineCIDR,omitempty"`
 	MachineCIDRs []string `json:"machineCIDRs"`
-	Interface    string   `json:"interface"`
-	Gateway      string   `json:"gateway"`
-	APIVIPs      []string `json:"apiVIPs"`
-	IngressVIPs  []string `json:"ingressVIPs"`
-	UpstreamDNS  []string `json:"upstreamDNS"`
+	Interface    string   `json:"interface,omitempty"`
+	Gateway      string   `json:"gateway,omitempty"`
+	APIVIPs      []string `json:"apiVIPs,omitempty"`
+	IngressVIPs  []string `json:"ingressVIPs,omitempty"`
+	UpstreamDNS  []string `json:"upstreamDNS,omitempty"`
 	// The pod networks the DNS answers, and the kubelet's node IP hint.
 	ClusterNetwork []string `json:"clusterNetwork"`
 	NodeIPHint     []string `json:"nodeIPHint"`
@@ -137,8 +141,8 @@ type rawNetwork struct {
 type rawNode struct {
 	Name string   `json:"name"`
 	Role string   `json:"role"`
-	MAC  string   `json:"mac"`
-	IPs  []string `json:"ips"`
+	MAC  string   `json:"mac,omitempty"`
+	IPs  []string `json:"ips,omitempty"`
 }
 
 type rawVRRP struct {
@@ -147,25 +151,25 @@ type rawVRRP struct {
 	Version        int      `json:"version"`
 	AdvertInterval string   `json:"advertInterval"`
 	Preempt        *bool    `json:"preempt"`
-	PreemptDelay   string   `json:"preemptDelay"`
-	APIVRID        int      `json:"apiVRID"`
-	IngressVRID    int      `json:"ingressVRID"`
-	AuthPass       string   `json:"authPass"`
-	UnicastPeers   []string `json:"unicastPeers"`
-	Priority       int      `json:"priority"`
+	PreemptDelay   string   `json:"preemptDelay,omitempty"`
+	APIVRID        int      `json:"apiVRID,omitempty"`
+	IngressVRID    int      `json:"ingressVRID,omitempty"`
+	AuthPass       string   `json:"authPass,omitempty"`
+	UnicastPeers   []string `json:"unicastPeers,omitempty"`
+	Priority       int      `json:"priority,omitempty"`
 	// The switches of `appliance run`, after the protocol's fields.
 	Enabled          *bool  `json:"enabled"`
-	IngressHealthURL string `json:"ingressHealthURL"`
+	IngressHealthURL string `json:"ingressHealthURL,omitempty"`
 }
 
 type rawDHCP struct {
 	Enabled       *bool     `json:"enabled"`
-	LeaseTime     string    `json:"leaseTime"`
-	LeaseFile     string    `json:"leaseFile"`
-	Pool          *rawRange `json:"pool"`
-	DNS           []string  `json:"dns"`
-	NTP           []string  `json:"ntp"`
-	SearchDomains []string  `json:"searchDomains"`
+	LeaseTime     string    `json:"leaseTime,omitempty"`
+	LeaseFile     string    `json:"leaseFile,omitempty"`
+	Pool          *rawRange `json:"pool,omitempty"`
+	DNS           []string  `json:"dns,omitempty"`
+	NTP           []string  `json:"ntp,omitempty"`
+	SearchDomains []string  `json:"searchDomains,omitempty"`
 }
 
 type rawRange struct {
@@ -174,7 +178,7 @@ type rawRange struct {
 }
 
 type rawAdmin struct {
-	Listen string `json:"listen"`
+	Listen string `json:"listen,omitempty"`
 }
 
 // Parse strictly decodes an appliance.yaml document, applies defaults and
@@ -285,8 +289,12 @@ func checkShape(node any, t reflect.Type, path string, v *validator) {
 			checkShape(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i), v)
 		}
 	case reflect.String:
-		switch node.(type) {
-		case string, json.Number, bool:
+		switch x := node.(type) {
+		case string:
+			if r, ok := controlChar(x); ok {
+				v.addBad(path, "holds the control character %U; remove it", r)
+			}
+		case json.Number, bool:
 			// YAML scalars; numbers and booleans are read as their text.
 		default:
 			v.addBad(path, "want a single value, got %s", describe(node))
@@ -308,6 +316,20 @@ func checkShape(node any, t reflect.Type, path string, v *validator) {
 			v.addBad(path, "want true or false, got %s", describe(node))
 		}
 	}
+}
+
+// controlChar finds what Marshal could not write back: DEL, a C1 control
+// (U+0080..U+009F) or U+FFFE/U+FFFF. A double-quoted YAML scalar can spell
+// one with an escape, but the YAML writer refuses them, and folds NEL
+// (U+0085) into a space. C0 controls, a tab say, are written as escapes and
+// read back, so files holding one (nodes in the field may) stay readable.
+func controlChar(s string) (rune, bool) {
+	for _, r := range s {
+		if r == 0x7f || r >= 0x80 && r <= 0x9f || r == 0xfffe || r == 0xffff {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 func joinPath(path, key string) string {

@@ -682,7 +682,15 @@ func (v *validator) nodeIPHints(r *rawConfig, c *Config) {
 	for _, p := range c.Network.MachineCIDRs {
 		if family[p.Addr().Is4()] == "" {
 			family[p.Addr().Is4()] = "default"
-			c.Network.NodeIPHints = append(c.Network.NodeIPHints, p.Masked().Addr())
+			a := p.Masked().Addr()
+			// Only in a /31, /32, /127 or /128 can the network's own address
+			// be a node's; the default is then what the check above refuses.
+			if n, taken := c.NodeByAddr(a); taken {
+				v.add("network.nodeIPHint", "the default hint %s (the first address of %s; no network.nodeIPHint given) is node %s's own address, which OpenShift's nodeip-configuration skips; give an address of %s no node has",
+					a, p, n.Name, p)
+				continue
+			}
+			c.Network.NodeIPHints = append(c.Network.NodeIPHints, a)
 		}
 	}
 }
