@@ -384,14 +384,14 @@ func buildCoreDNS(t *testing.T, path string) {
 
 // TestBenchCoreDNSHelper builds stock CoreDNS into DNS_BENCH_COREDNS_OUT
 // and writes openShiftCorefile to DNS_BENCH_COREFILE_OUT for another
-// package's benchmark (cmd/appliance runs it on lab nodes); without those
+// package's benchmark (e2e runs it on lab nodes); without those
 // variables it skips. DNS_BENCH_HEALTH is the health plugin's address,
 // DNS_BENCH_UPSTREAM the forward target, DNS_BENCH_HOSTS the nodes as
 // "IP NAME" entries separated by ";".
 func TestBenchCoreDNSHelper(t *testing.T) {
 	bin, corefile := os.Getenv("DNS_BENCH_COREDNS_OUT"), os.Getenv("DNS_BENCH_COREFILE_OUT")
 	if bin == "" || corefile == "" {
-		t.Skip("helper for cmd/appliance's benchmarks only")
+		t.Skip("helper for e2e's benchmarks only")
 	}
 	buildCoreDNS(t, bin)
 	var hosts strings.Builder

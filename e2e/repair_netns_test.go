@@ -14,7 +14,7 @@ import (
 )
 
 // Namespace tests of what other programs do to the kernel state a VIP daemon
-// relies on (issue: NetworkManager, an operator with `ip`, OVN-Kubernetes
+// relies on (here: NetworkManager, an operator with `ip`, OVN-Kubernetes
 // moving the node's address onto br-ex). Bounds are loose; `make bench`
 // measures the times.
 

@@ -155,7 +155,7 @@ type haproxyProc struct {
 // is the frontend's address, backups are servers used only while every
 // backend is down (the bootstrap node). With checks, servers are probed
 // like OpenShift's: GET /readyz over TLS without verification, inter 1s
-// fall 2 rise 3. cmd/appliance's benchmarks get it through
+// fall 2 rise 3. e2e's benchmarks get it through
 // TestBenchHAProxyConfig.
 func openShiftHAProxyConfig(bind, stats string, backends, backups []string, checks bool) string {
 	var srv strings.Builder
@@ -198,14 +198,14 @@ backend masters
 }
 
 // TestBenchHAProxyConfig writes openShiftHAProxyConfig to
-// LB_BENCH_CFG_OUT for another package's benchmark (cmd/appliance runs
+// LB_BENCH_CFG_OUT for another package's benchmark (e2e runs
 // haproxy on lab nodes with it); without that variable it skips.
 // LB_BENCH_BIND, LB_BENCH_STATS, LB_BENCH_ADDRS and LB_BENCH_BACKUPS
 // (comma-separated) fill it in; checks are on.
 func TestBenchHAProxyConfig(t *testing.T) {
 	out := os.Getenv("LB_BENCH_CFG_OUT")
 	if out == "" {
-		t.Skip("helper for cmd/appliance's benchmarks only")
+		t.Skip("helper for e2e's benchmarks only")
 	}
 	list := func(v string) []string {
 		if v == "" {

@@ -1,6 +1,8 @@
-// Command appliance is the one binary of the appliance: VIPs, and (in later
-// subcommands) DNS, load balancing, DHCP and provisioning. Each subcommand
-// lives in its own file and only parses flags, loads config and wires packages.
+// Command appliance is the one binary of the appliance: VIPs, DNS, load
+// balancing, DHCP for a cluster's nodes, and the tools that put it on them
+// and create them. root.go lists every subcommand; each lives in its own
+// file and only parses flags, calls a composition (app/...) or a service,
+// and prints.
 package main
 
 import (

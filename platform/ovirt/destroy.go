@@ -2,6 +2,7 @@ package ovirt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -16,6 +17,11 @@ import (
 // groups, template, leftover image upload and tag, in that order, and
 // nothing without the cluster's mark.
 func (p *Provider) Destroy(ctx context.Context, infraID string) ([]string, error) {
+	if infraID == "" {
+		// As libvirt and KubeVirt refuse it: the image disks are found by
+		// the name "<infraID>-rhcos-image", which an empty ID makes anyone's.
+		return nil, errors.New("ovirt: destroy: empty infra ID")
+	}
 	lines, err := p.destroy(ctx, infraID)
 	slices.Sort(lines)
 	if err != nil {

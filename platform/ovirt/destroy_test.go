@@ -3,6 +3,7 @@ package ovirt
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	ovirtclient "github.com/ovirt/go-ovirt-client/v3"
@@ -116,5 +117,21 @@ func TestDestroyBootstrapOnly(t *testing.T) {
 	}
 	if lines, err := platform.DestroyNodes(ctx, e.p, infraID, []string{"bootstrap"}, nil); err != nil || len(lines) != 0 {
 		t.Errorf("again: %v %v", lines, err)
+	}
+}
+
+// An empty infra ID is refused before anything is listed or removed: every
+// name and mark the provider owns starts with it.
+func TestEmptyInfraIDRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.p.Destroy(ctx, ""); err == nil || !strings.Contains(err.Error(), "empty infra ID") {
+		t.Errorf("Destroy(\"\") = %v, want a refusal", err)
+	}
+	if _, err := e.p.List(ctx, ""); err == nil || !strings.Contains(err.Error(), "empty infra ID") {
+		t.Errorf("List(\"\") = %v, want a refusal", err)
+	}
+	if _, err := e.p.DestroyVMs(ctx, "", nil); err == nil || !strings.Contains(err.Error(), "empty infra ID") {
+		t.Errorf("DestroyVMs(\"\") = %v, want a refusal", err)
 	}
 }

@@ -2,6 +2,7 @@ package ovirt
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,6 +25,11 @@ type owned struct {
 // ownedVMs finds the VMs carrying infraID's description mark or its tag
 // (the tag alone covers VMs tagged by other tools for the same cluster).
 func (p *Provider) ownedVMs(ctx context.Context, infraID string) ([]owned, error) {
+	if infraID == "" {
+		// Every name and mark is "<infraID>-...": an empty one would
+		// match strangers' resources by their suffix alone.
+		return nil, errors.New("empty infra ID")
+	}
 	e := p.eng(ctx)
 	all, err := e.ListVMs()
 	if err != nil {
