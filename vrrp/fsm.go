@@ -50,6 +50,11 @@ func ParseState(name string) (s State, ok bool) {
 	return 0, false
 }
 
+// MarshalText writes the state's name: a state logged through a JSON
+// handler (as `appliance run` logs in its pod) or put in any JSON document
+// reads "MASTER", not 2. slog's text handler uses String already.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // OwnerPriority is the priority of the router that owns the virtual
 // addresses; it always preempts and tracking never moves it.
 const OwnerPriority = 255

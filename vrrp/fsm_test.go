@@ -1,7 +1,10 @@
 package vrrp
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -556,6 +559,22 @@ func TestParseState(t *testing.T) {
 		if s, ok := ParseState(name); ok {
 			t.Errorf("ParseState(%q) = %v; want no state", name, s)
 		}
+	}
+}
+
+// TestStateInJSONLogs: a state change logged as the static pod logs it
+// (JSON, to the container's log) names the states, as the text handler
+// does; a kubelet-run pod logged "from":1,"to":2 before State had
+// MarshalText.
+func TestStateInJSONLogs(t *testing.T) {
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("state changed", "from", StateBackup, "to", StateMaster)
+	var rec map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec["from"] != "BACKUP" || rec["to"] != "MASTER" {
+		t.Errorf("JSON record %s; want from BACKUP to MASTER", buf.Bytes())
 	}
 }
 
