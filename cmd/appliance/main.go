@@ -7,7 +7,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,10 +16,11 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := service.Hint(newRootCmd().ExecuteContext(ctx))
+	root, g := newRoot()
+	err := service.Hint(root.ExecuteContext(ctx))
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "appliance:", err)
+		g.exitError(err)
 		os.Exit(1)
 	}
 }

@@ -11,13 +11,23 @@ import (
 	"appliance/internal/cluster"
 )
 
-// globalFlags are the flags every subcommand shares.
+// globalFlags are the flags every subcommand shares, and the logger a
+// command built from them.
 type globalFlags struct {
 	logLevel  string
 	logFormat string
+
+	log     *slog.Logger // nil until a command built one
+	logJSON bool
 }
 
 func newRootCmd() *cobra.Command {
+	root, _ := newRoot()
+	return root
+}
+
+// newRoot is the root command and the flags its subcommands share.
+func newRoot() (*cobra.Command, *globalFlags) {
 	g := &globalFlags{}
 	root := &cobra.Command{
 		Use:           "appliance",
@@ -49,7 +59,20 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newLabCmd(g),
 	)
-	return root
+	return root, g
+}
+
+// exitError reports the error the process exits with. A command that logs
+// JSON (as `appliance run` does in its pod) reports it as its last JSON
+// record, so the container's log stays one record per line to the end;
+// otherwise, and before any logger exists (a usage error), as a plain
+// line.
+func (g *globalFlags) exitError(err error) {
+	if g.log != nil && g.logJSON {
+		g.log.Error("exiting", "err", err)
+		return
+	}
+	fmt.Fprintln(os.Stderr, "appliance:", err)
 }
 
 // serviceStart is how every service subcommand begins: the logger, then the
@@ -84,17 +107,32 @@ func (g *globalFlags) logger() (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
 		return nil, fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", g.logLevel)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	asJSON := false
 	switch strings.ToLower(g.logFormat) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		asJSON = true
 	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 	case "auto":
-		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-		}
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+		fi, err := os.Stderr.Stat()
+		asJSON = err != nil || fi.Mode()&os.ModeCharDevice == 0
+	default:
+		return nil, fmt.Errorf("--log-format: %q is not one of text, json, auto", g.logFormat)
 	}
-	return nil, fmt.Errorf("--log-format: %q is not one of text, json, auto", g.logFormat)
+	g.logJSON = asJSON
+	if asJSON {
+		g.log = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: readableDurations}))
+	} else {
+		g.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
+	return g.log, nil
+}
+
+// readableDurations writes durations in JSON records as the text handler
+// does ("1.5s", "17ms"): slog's JSON handler would write nanoseconds, which
+// nobody reads at a glance in a pod's log.
+func readableDurations(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
