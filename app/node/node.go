@@ -62,6 +62,10 @@ type Options struct {
 	// OpenShift's own on-prem stack before anything starts (see
 	// CheckOnPremStack); "" skips the check.
 	KubeletManifests string
+	// Version is the binary's version, reported in /status's node section:
+	// which image a node runs, read without the container runtime (an
+	// upgrade is done on a node when it reports the new one).
+	Version string
 	// KubeServer replaces the kubeconfig's server on the control plane, so
 	// a node reads its members from its own apiserver, never through the VIP
 	// it serves; "" means kubenodes.DefaultLocalServer.
@@ -79,6 +83,7 @@ type Node struct {
 	log   *slog.Logger
 	reg   *prometheus.Registry
 	admin string
+	ver   string
 
 	vips  *VIPs
 	kinds map[string]cluster.VIPKind // instance name → VIP kind
@@ -115,7 +120,7 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("run: node %s: %s", view.Name, view.Problem)
 	}
 	n := &Node{cfg: cfg, view: view, self: self, plan: plan, state: cluster.NewState(cfg),
-		log: log.With("node", view.Name), reg: opts.Registry, admin: opts.AdminListen, host: h}
+		log: log.With("node", view.Name), reg: opts.Registry, admin: opts.AdminListen, host: h, ver: opts.Version}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
 	}
@@ -343,19 +348,20 @@ func (n *Node) followPeers(ctx context.Context) error {
 // their JSON names' order, the order encoding/json gave the map this
 // section was before, so the section reads byte for byte as it did.
 type Status struct {
-	Name string       `json:"name"`
-	Plan string       `json:"plan"` // Plan.String()
-	Role cluster.Role `json:"role"`
+	Name    string       `json:"name"`
+	Plan    string       `json:"plan"` // Plan.String()
+	Role    cluster.Role `json:"role"`
+	Version string       `json:"version,omitempty"`
 }
 
 // Run runs the node's services behind one admin listener until ctx ends,
 // then stops them in order.
 func (n *Node) Run(ctx context.Context) error {
-	n.log.Info("starting", "role", n.self.Role, "interface", n.view.Interface, "services", n.plan.String())
+	n.log.Info("starting", "role", n.self.Role, "interface", n.view.Interface, "services", n.plan.String(), "version", n.ver)
 	return service.Run(ctx, n.log, service.Options{
 		Admin: admin.Options{Listen: n.admin, Registry: n.reg},
 		Extra: map[string]func() any{
-			"node":    func() any { return Status{Name: n.self.Name, Plan: n.plan.String(), Role: n.self.Role} },
+			"node":    func() any { return Status{Name: n.self.Name, Plan: n.plan.String(), Role: n.self.Role, Version: n.ver} },
 			"members": func() any { return n.state.Snapshot().Members },
 		},
 	}, n.Stages()...)

@@ -34,5 +34,12 @@ func TestStatusJSON(t *testing.T) {
 		if want := encode(was); got != want {
 			t.Errorf("node section:\n%s\nwas:\n%s", got, want)
 		}
+		// The version, when the binary has one, comes last, as a map
+		// would order it too.
+		was["version"] = "v1.2-3-gabc1234"
+		got = encode(Status{Name: c.name, Plan: c.plan.String(), Role: c.role, Version: "v1.2-3-gabc1234"})
+		if want := encode(was); got != want {
+			t.Errorf("node section with a version:\n%s\nwant:\n%s", got, want)
+		}
 	}
 }

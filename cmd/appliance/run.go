@@ -85,6 +85,7 @@ configured node keeps its configured role.`,
 				APIServerReadyz:  f.readyz,
 				Kubeconfig:       kubenodes.Kubeconfig(f.kubeconfig),
 				KubeletManifests: f.manifests,
+				Version:          version,
 			}, log)
 			if err != nil {
 				return err

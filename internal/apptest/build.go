@@ -13,8 +13,22 @@ import (
 // different file, so its RSS and start-up are not the shipped binary's.
 func Build(t testing.TB) string {
 	t.Helper()
+	return build(t, "-s -w")
+}
+
+// BuildVersion is Build with the version `make build` stamps in
+// (-X main.version=version): what `appliance version` prints, what
+// `make image` labels the image with, and what /status reports. Two
+// versions of one source give two images, as an upgrade does.
+func BuildVersion(t testing.TB, version string) string {
+	t.Helper()
+	return build(t, "-s -w -X main.version="+version)
+}
+
+func build(t testing.TB, ldflags string) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "appliance")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "appliance/cmd/appliance")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", ldflags, "-o", bin, "appliance/cmd/appliance")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build appliance: %v\n%s", err, out)
