@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -56,4 +57,40 @@ func BuildChecked(t testing.TB) string {
 		t.Fatalf("build appliance with the race detector: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// BuildImage builds the shipped binary stamped with version (BuildVersion)
+// and packs it as `make image` does, with cmd/imagebuild (which checks that
+// the layer's binary runs), into an OCI archive in t's temporary folder.
+// It returns the archive and the reference by digest imagebuild printed
+// (localhost/appliance@sha256:...), which a static pod pins.
+func BuildImage(t testing.TB, version string) (archive, ref string) {
+	t.Helper()
+	bin := BuildVersion(t, version)
+	archive = filepath.Join(t.TempDir(), "appliance-image.tar")
+	// The labels' commit and date, as make image takes them from git; any
+	// fixed values do where git has no history.
+	rev, epoch := "unknown", "0"
+	if b, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+		rev = strings.TrimSpace(string(b))
+		if b, err := exec.Command("git", "log", "-1", "--format=%ct").Output(); err == nil {
+			epoch = strings.TrimSpace(string(b))
+		}
+	}
+	cmd := exec.Command("go", "run", "appliance/cmd/imagebuild", "-binary", bin, "-out", archive,
+		"-repo", "localhost/appliance", "-version", version, "-revision", rev, "-source-date-epoch", epoch)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("imagebuild: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "localhost/appliance@sha256:") {
+			ref = strings.TrimSpace(l)
+		}
+	}
+	if ref == "" {
+		t.Fatalf("imagebuild printed no reference by digest:\n%s", out)
+	}
+	return archive, ref
 }
