@@ -12,14 +12,14 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 TEST_DEBS  := keepalived bind9 bind9-utils iproute2 nftables tcpdump tshark stress-ng iputils-ping iputils-arping procps psmisc \
               bind9-dnsutils knot-dnsutils dnsperf avahi-daemon avahi-utils isc-dhcp-client udhcpc \
               kea-admin dnsmasq haproxy wrk iperf3 curl dbus \
-              libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils skopeo ignition systemd
+              libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils skopeo ignition systemd runc jq
 # command each package provides, to see whether it is installed without asking dpkg per package
 TEST_CMDS  := keepalived named named-checkconf ip nft tcpdump tshark stress-ng ping arping ps killall \
               dig kdig dnsperf avahi-daemon avahi-browse dhclient udhcpc perfdhcp dnsmasq haproxy wrk iperf3 curl dbus-daemon \
-              libvirtd virsh qemu-system-x86_64 qemu-img skopeo ignition-validate systemd-analyze
+              libvirtd virsh qemu-system-x86_64 qemu-img skopeo ignition-validate systemd-analyze runc jq
 FUZZTIME   ?= 5s
 
-.PHONY: all build image test test-deps unit netns fuzz lint run bench clean
+.PHONY: all build image test test-deps unit kubelet netns fuzz lint run bench clean
 
 all: build
 
@@ -50,6 +50,7 @@ lint:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@# CGO_ENABLED=0 -trimpath as in build: vet and build share one set of compiled dependencies (a cold CI cache compiles client-go and friends once, not twice).
 	CGO_ENABLED=0 $(GO) vet -trimpath ./...
+	CGO_ENABLED=0 $(GO) vet -trimpath -tags kubelet ./e2e/
 	$(GO) test -count=1 -run 'TestDependencyGuard|TestLayering' ./cmd/appliance
 
 # The KubeVirt provider's tests run a real kube-apiserver: build.sh builds it once per
@@ -82,20 +83,34 @@ fuzz:
 		done; \
 	done
 
-test: test-deps lint build unit fuzz
+# Tier 6b, the kubelet tier (e2e, build tag kubelet): the static pod run only as a node runs it,
+# by a real kubelet v1.37 (containerd v2.4, runc) in each node namespace of the lab's cluster,
+# from the image make image builds (the tests build it from the same source, twice: the upgrade
+# needs a second version). build.sh builds the kubelet tools once per machine (~7 min cold,
+# cached after) and prints their folder. About 5 minutes (README, "The kubelet tier").
+KUBELET_TOOLS := ../shared/tools/kubelet
+kubelet:
+	assets=$$($(KUBELET_TOOLS)/build.sh) && KUBELET_ASSETS=$$assets \
+	$(GO) test -count=1 -tags kubelet -run '^TestKubelet' -v -timeout 20m ./e2e/
+
+test: test-deps lint build unit kubelet fuzz
 
 # The lab: a bootstrap, three masters and two workers running `appliance run`, a client calling
 # the API through the VIP through the bootstrap's teardown, a master's death and a day-2 worker.
 # That worker's Node object goes through a real kube-apiserver once `appliance run` takes
 # --kubeconfig and build.sh can build it (~6 min the first time); otherwise it joins through mDNS.
-run: build test-deps
+# make run KUBELET=1 runs the same cluster through a real kubelet per node, the appliance as the
+# static pod from make image's image; it needs the kubelet tools built ($(KUBELET_TOOLS)/build.sh,
+# ~7 min the first time) and says so when they are not.
+run: build test-deps $(if $(KUBELET),image)
 	@if [ "$$(id -u)" != 0 ]; then echo "make run needs root (network namespaces)" >&2; exit 1; fi
 	@assets=""; \
 	if ./$(BIN) run --help 2>/dev/null | grep -q -- '--kubeconfig' && [ -x $(KUBE_TOOLS)/build.sh ]; then \
 		echo "make run: kube-apiserver for the day-2 worker: $(KUBE_TOOLS)/build.sh (cached after the first build)"; \
 		assets=$$($(KUBE_TOOLS)/build.sh) || { echo "make run: build.sh failed; the day-2 worker joins through mDNS"; assets=""; }; \
 	fi; \
-	./$(BIN) lab --kube-tools $(KUBE_TOOLS) --kube-assets "$$assets"
+	./$(BIN) lab --kube-tools $(KUBE_TOOLS) --kube-assets "$$assets" \
+		$(if $(KUBELET),--kubelet --kubelet-tools $(KUBELET_TOOLS) --kubelet-image $(IMAGE))
 
 # Side-by-side benchmarks against the anchors; results go into BENCHMARKS.md.
 bench: build test-deps

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -276,30 +275,6 @@ func rssByMapping(pid, n int) []string {
 		out = append(out, fmt.Sprintf("%s: %s", m.name, mib(m.kib)))
 	}
 	return out
-}
-
-// askDNS asks server (host:53) for name's A record from node n.
-func askDNS(n *netlab.Node, server, name string, timeout time.Duration) ([]dns.RR, error) {
-	var conn net.Conn
-	if err := n.Do(func() error {
-		var err error
-		conn, err = net.DialTimeout("udp", server, timeout)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	c := &dns.Client{Timeout: timeout}
-	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
-	r, _, err := c.ExchangeWithConn(m, &dns.Conn{Conn: conn})
-	if err != nil {
-		return nil, err
-	}
-	if r.Rcode != dns.RcodeSuccess {
-		return nil, fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
-	}
-	return r.Answer, nil
 }
 
 // dnsAnswers reports whether server answers api.ocp4.example.com with the VIP.

@@ -36,13 +36,19 @@ type roleFiles map[string][]byte
 // and the asset folder it wrote.
 func manifests(t *testing.T, exe, config string) (map[string]roleFiles, string) {
 	t.Helper()
+	return manifestsFor(t, exe, config, testImage)
+}
+
+// manifestsFor is manifests with the nodes' image given.
+func manifestsFor(t *testing.T, exe, config, image string) (map[string]roleFiles, string) {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "appliance.yaml")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	assets := filepath.Join(dir, "assets")
-	if out, err := exec.Command(exe, "manifests", "--config", cfg, "--dir", assets, "--image", testImage).CombinedOutput(); err != nil {
+	if out, err := exec.Command(exe, "manifests", "--config", cfg, "--dir", assets, "--image", image).CombinedOutput(); err != nil {
 		t.Fatalf("appliance manifests: %v\n%s", err, out)
 	}
 	out := map[string]roleFiles{}
@@ -90,10 +96,23 @@ func manifests(t *testing.T, exe, config string) (map[string]roleFiles, string) 
 // the files carry.
 func (f roleFiles) podCommand(t *testing.T) (command, args []string) {
 	t.Helper()
+	c := f.pod(t).Spec.Containers[0]
+	return c.Command, c.Args
+}
+
+// pod is the static pod the files carry, with its one container.
+func (f roleFiles) pod(t testing.TB) *corev1.Pod {
+	t.Helper()
 	raw, ok := f[bootstrap.StaticPodPath]
 	if !ok {
 		t.Fatalf("no static pod at %s", bootstrap.StaticPodPath)
 	}
+	return parsePod(t, raw)
+}
+
+// parsePod decodes a static pod manifest strictly, as the kubelet reads it.
+func parsePod(t testing.TB, raw []byte) *corev1.Pod {
+	t.Helper()
 	var pod corev1.Pod
 	if err := yaml.UnmarshalStrict(raw, &pod); err != nil {
 		t.Fatalf("static pod: %v", err)
@@ -101,8 +120,7 @@ func (f roleFiles) podCommand(t *testing.T) (command, args []string) {
 	if len(pod.Spec.Containers) != 1 {
 		t.Fatalf("static pod has %d containers", len(pod.Spec.Containers))
 	}
-	c := pod.Spec.Containers[0]
-	return c.Command, c.Args
+	return &pod
 }
 
 // deployed is one node started as the kubelet would start the static pod:

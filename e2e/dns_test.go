@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -215,4 +216,28 @@ func TestDNSBurstWhileStopped(t *testing.T) {
 	if len(seen) != burst {
 		t.Fatalf("%d of %d queries sent while the server was stopped were answered", len(seen), burst)
 	}
+}
+
+// askDNS asks server (host:53) for name's A record from node n.
+func askDNS(n *netlab.Node, server, name string, timeout time.Duration) ([]dns.RR, error) {
+	var conn net.Conn
+	if err := n.Do(func() error {
+		var err error
+		conn, err = net.DialTimeout("udp", server, timeout)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	c := &dns.Client{Timeout: timeout}
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	r, _, err := c.ExchangeWithConn(m, &dns.Conn{Conn: conn})
+	if err != nil {
+		return nil, err
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return nil, fmt.Errorf("rcode %s", dns.RcodeToString[r.Rcode])
+	}
+	return r.Answer, nil
 }
