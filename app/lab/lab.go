@@ -49,6 +49,10 @@ type Options struct {
 	// Pace scales the pauses the lab makes to let the reader see a steady
 	// state; 0 means 1. Tests use a small one.
 	Pace float64
+	// Kubelet, when set, runs every node's appliance through a real
+	// kubelet, as the static pod a node runs; nil runs `appliance run`
+	// processes with the lab's flags.
+	Kubelet *KubeletOptions
 }
 
 // Result is what the lab measured, for tests and summaries.
@@ -100,8 +104,9 @@ type run struct {
 	names   map[*netlab.Node]string
 	procs   map[string]*netlab.Process // "run/master-0", "apiserver/master-0", ...
 	caller  *caller
-	kube    *kube  // nil: no Kubernetes API
-	kubeErr string // why the Kubernetes API failed to start
+	kube    *kube     // nil: no Kubernetes API
+	kubeErr string    // why the Kubernetes API failed to start
+	kl      *kubelets // nil: the appliances run as processes
 }
 
 // Run builds the lab, plays the scenario and removes the lab; it needs
@@ -129,12 +134,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("lab: needs root (network namespaces and raw sockets)")
 	}
+	var kl *kubelets
+	if o.Kubelet != nil {
+		var err error
+		if kl, err = newKubelets(*o.Kubelet); err != nil {
+			return nil, err
+		}
+	}
 	// bootstrap, 3 masters, 2 workers, the client; the day-2 worker joins later.
 	lab, err := netlab.New(ctx, netlab.Options{Nodes: 7, Name: "lab"})
 	if err != nil {
 		return nil, fmt.Errorf("lab: %w", err)
 	}
-	r := &run{ctx: ctx, o: o, lab: lab, start: time.Now(), names: map[*netlab.Node]string{}, procs: map[string]*netlab.Process{}}
+	r := &run{ctx: ctx, o: o, lab: lab, start: time.Now(), names: map[*netlab.Node]string{}, procs: map[string]*netlab.Process{}, kl: kl}
 	r.boot, r.masters, r.workers, r.client = lab.Nodes[0], lab.Nodes[1:4], lab.Nodes[4:6], lab.Nodes[6]
 	r.names[r.boot] = "bootstrap"
 	for i, n := range r.masters {
@@ -157,6 +169,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		r.tails(10)
 	}
 	fmt.Fprintln(o.Out, "removing the lab (namespaces, processes, files)")
+	if r.kl != nil {
+		// Before the namespaces go: the kubelets stop their pods with
+		// their grace period.
+		if kerr := r.stopKubelets(); kerr != nil && err == nil {
+			err = fmt.Errorf("lab: %w", kerr)
+		}
+	}
 	// Close also ends etcd and kube-apiserver: they run inside a node.
 	if cerr := lab.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("lab: %w", cerr)
@@ -224,6 +243,10 @@ func (r *run) until(max time.Duration, cond func() bool) (bool, error) {
 // tails prints the last n lines of every appliance's log, before Close
 // removes them.
 func (r *run) tails(n int) {
+	if r.kl != nil {
+		r.podTails(n)
+		return
+	}
 	keys := make([]string, 0, len(r.procs))
 	for k := range r.procs {
 		if strings.HasPrefix(k, "run/") {

@@ -15,12 +15,19 @@ import (
 )
 
 func (r *run) setup() error {
-	r.header("1. A cluster in network namespaces",
-		fmt.Sprintf("Namespaces %s-n0..n6 hang on one bridge in a hub namespace; nothing in the host's network changes.", r.lab.Prefix()),
-		"n0 is the bootstrap, n1-n3 the masters, n4-n5 the workers, n6 a client. Every node runs `appliance run`",
-		"with this appliance.yaml; stand-ins play the rest of OpenShift: an apiserver (HTTPS :6443, /readyz)",
+	runs := []string{"n0 is the bootstrap, n1-n3 the masters, n4-n5 the workers, n6 a client. Every node runs `appliance run`",
+		"with this appliance.yaml; stand-ins play the rest of OpenShift: an apiserver (HTTPS :6443, /readyz)"}
+	if r.kl != nil {
+		runs = []string{"n0 is the bootstrap, n1-n3 the masters, n4-n5 the workers, n6 a client. Every node runs a kubelet",
+			"(with containerd and runc) and, as its static pod, the appliance from " + r.kl.ref + ",",
+			"with the manifest and node files `appliance manifests` writes from this appliance.yaml (each node",
+			"finds itself by its address); stand-ins play the rest of OpenShift: an apiserver (HTTPS :6443, /readyz)"}
+	}
+	r.header("1. A cluster in network namespaces", append(append([]string{
+		fmt.Sprintf("Namespaces %s-n0..n6 hang on one bridge in a hub namespace; nothing in the host's network changes.", r.lab.Prefix())},
+		runs...),
 		"and a Machine Config Server (HTTPS :22623) on the bootstrap, an ingress router (:80, :443,",
-		"readiness on :1936) on each worker. The masters' apiservers are not up yet.")
+		"readiness on :1936) on each worker. The masters' apiservers are not up yet.")...)
 	cfg := r.config(true)
 	r.cfg = filepath.Join(r.lab.Dir(), "appliance.yaml")
 	if err := os.WriteFile(r.cfg, []byte(cfg), 0o644); err != nil {
@@ -52,31 +59,20 @@ func (r *run) setup() error {
 			return err
 		}
 	}
-	for _, n := range r.cluster() {
-		if err := r.startRun(n, r.cfg); err != nil {
+	if r.kl != nil {
+		if err := r.startPods(r.cfg, r.cluster()...); err != nil {
 			return err
+		}
+	} else {
+		for _, n := range r.cluster() {
+			if err := r.startRun(n, r.cfg); err != nil {
+				return err
+			}
 		}
 	}
 	for _, n := range r.cluster() {
-		p := r.procs["run/"+r.names[n]]
-		ok, err := r.until(30*time.Second, func() bool {
-			select {
-			case <-p.Done():
-				return true
-			default:
-			}
-			return healthy(n)
-		})
-		if err != nil {
+		if err := r.waitHealthy(n, 30*time.Second); err != nil {
 			return err
-		}
-		select {
-		case <-p.Done():
-			return fmt.Errorf("lab: appliance run on %s (%s) exited: %v", r.names[n], n.Name, p.Wait())
-		default:
-		}
-		if !ok {
-			return fmt.Errorf("lab: appliance run on %s (%s) does not answer /healthz after 30 s", r.names[n], n.Name)
 		}
 		r.say("%-9s %-15s appliance run: %s", r.names[n], n.IPv4.Addr(), r.plan(n))
 	}
@@ -253,22 +249,31 @@ func (r *run) teardownSection() error {
 	if err := r.pause(time.Second); err != nil {
 		return err
 	}
-	p := r.procs["run/bootstrap"]
-	t1 := time.Now()
-	if err := p.Signal(syscall.SIGTERM); err != nil {
-		return fmt.Errorf("lab: %w", err)
-	}
-	select {
-	case <-p.Done():
-	case <-time.After(15 * time.Second):
-		return fmt.Errorf("lab: the bootstrap's appliance did not exit 15 s after SIGTERM")
-	case <-r.ctx.Done():
-		return r.ctx.Err()
-	}
-	if err := p.Wait(); err != nil {
-		r.say("bootstrap: appliance run exited after SIGTERM: %v", err)
+	if r.kl != nil {
+		code, took, err := r.removePod(r.boot, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		r.say("bootstrap: its static pod's manifest removed (as bootkube's teardown does); the kubelet stopped the appliance: exit %d after %s",
+			code, took.Round(time.Millisecond))
 	} else {
-		r.say("bootstrap: appliance run exited cleanly %s after SIGTERM", time.Since(t1).Round(time.Millisecond))
+		p := r.procs["run/bootstrap"]
+		t1 := time.Now()
+		if err := p.Signal(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+		select {
+		case <-p.Done():
+		case <-time.After(15 * time.Second):
+			return fmt.Errorf("lab: the bootstrap's appliance did not exit 15 s after SIGTERM")
+		case <-r.ctx.Done():
+			return r.ctx.Err()
+		}
+		if err := p.Wait(); err != nil {
+			r.say("bootstrap: appliance run exited after SIGTERM: %v", err)
+		} else {
+			r.say("bootstrap: appliance run exited cleanly %s after SIGTERM", time.Since(t1).Round(time.Millisecond))
+		}
 	}
 	if err := r.kill("apiserver/bootstrap"); err != nil {
 		return err
@@ -322,13 +327,22 @@ func (r *run) killSection() error {
 	if err := dead.LinkDown(); err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
+	if r.kl != nil {
+		if err := r.killPod(dead); err != nil {
+			return err
+		}
+	}
 	for _, k := range []string{"run/", "apiserver/", "mcs/"} {
 		if err := r.kill(k + name); err != nil {
 			return err
 		}
 	}
 	r.res.Killed = name
-	r.say("%s: link cut, appliance, apiserver and MCS killed", name)
+	if r.kl != nil {
+		r.say("%s: link cut, its kubelet, appliance, apiserver and MCS killed", name)
+	} else {
+		r.say("%s: link cut, appliance, apiserver and MCS killed", name)
+	}
 	var took time.Duration
 	ok, err := r.until(15*time.Second, func() bool {
 		if h := r.holder(apiVIP, alive...); h != "nobody" && !strings.Contains(h, "+") {
@@ -409,10 +423,9 @@ func (r *run) day2Section() error {
 	} else {
 		r.res.Day2Via = "mdns"
 		t0 = time.Now()
-		if err := r.startRun(n, day2, "--role", "worker"); err != nil {
+		if err := r.startDay2(n, day2); err != nil {
 			return err
 		}
-		r.say("worker-2: appliance run --config %s --node worker-2 --role worker started", filepath.Base(day2))
 	}
 	name := "worker-2." + Domain
 	srv := dnsSrv.IPv4.Addr()
@@ -470,10 +483,31 @@ func (r *run) day2Section() error {
 	if k == "" {
 		// The node itself comes up after its Node object: its appliance
 		// reads the same API.
-		if err := r.startRun(n, day2, "--role", "worker"); err != nil {
+		if err := r.startDay2(n, day2); err != nil {
 			return err
 		}
-		r.say("worker-2: appliance run --config %s --node worker-2 --role worker --kubeconfig ... started", filepath.Base(day2))
+	}
+	return nil
+}
+
+// startDay2 starts the day-2 worker's appliance with the config that lists
+// no nodes: a process told its role, or its kubelet's static pod, whose
+// manifest passes the role.
+func (r *run) startDay2(n *netlab.Node, cfg string) error {
+	if r.kl != nil {
+		if err := r.startPods(cfg, n); err != nil {
+			return err
+		}
+		r.say("worker-2: a kubelet with the worker's static pod and %s (no nodes listed: it finds itself by its host name and role)", filepath.Base(cfg))
+		return nil
+	}
+	if err := r.startRun(n, cfg, "--role", "worker"); err != nil {
+		return err
+	}
+	if r.kube != nil && r.kube.kubeconfig != "" {
+		r.say("worker-2: appliance run --config %s --node worker-2 --role worker --kubeconfig ... started", filepath.Base(cfg))
+	} else {
+		r.say("worker-2: appliance run --config %s --node worker-2 --role worker started", filepath.Base(cfg))
 	}
 	return nil
 }
