@@ -86,6 +86,18 @@ func GracePeriod(cfg *cluster.Config, drain time.Duration) time.Duration {
 	return time.Duration(math.Ceil(g.Seconds())) * time.Second
 }
 
+// LivenessGracePeriod is how long the kubelet waits after SIGTERM when it
+// kills the container because its liveness probe failed: GracePeriod
+// without the LB's drain. A process that failed /healthz three times in a
+// row serves no connection a drain would wait for, and a hung one does
+// nothing on SIGTERM: until SIGKILL its node's kernel keeps the VIP
+// addresses and answers ARP for them beside the peer that took over
+// (measured under a real kubelet: e2e/kubelet_test.go's hung appliance).
+// A live process still hands the VIPs over in that time.
+func LivenessGracePeriod(cfg *cluster.Config) time.Duration {
+	return GracePeriod(cfg, 0)
+}
+
 // probeEndpoint is where the kubelet reaches the admin listener: its
 // address, or loopback when it listens on every address.
 func probeEndpoint(listen string) (host string, port int, err error) {
@@ -133,6 +145,8 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 	// Starting takes joining VRRP and the first health checks; a slow node
 	// must not be killed for it.
 	live.InitialDelaySeconds = 15
+	liveGrace := int64(LivenessGracePeriod(cfg) / time.Second)
+	live.TerminationGracePeriodSeconds = &liveGrace
 	ready := probe("/readyz", 5)
 
 	grace := int64(GracePeriod(cfg, o.Drain) / time.Second)
@@ -160,10 +174,16 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 				Args:            []string{"run", "--config", NodeConfigPath, "--role", string(o.Role)},
 				Resources: corev1.ResourceRequirements{
 					// Requests only: a limit would throttle or OOM-kill
-					// the node's VIPs and DNS under load.
+					// the node's VIPs and DNS under load. Set from what
+					// the pod uses under a real kubelet (BENCHMARKS.md,
+					// "Under a real kubelet"): 18m idle and 75m under
+					// 1,000 DNS queries/s and 50 API connections/s on
+					// the API VIP's holder; a resident set of 32 MiB
+					// (51 MiB at its start-up peak), a working set of
+					// 14 MiB.
 					Requests: corev1.ResourceList{
-						corev1.ResourceCPU:    resource.MustParse("50m"),
-						corev1.ResourceMemory: resource.MustParse("128Mi"),
+						corev1.ResourceCPU:    resource.MustParse("100m"),
+						corev1.ResourceMemory: resource.MustParse("64Mi"),
 					},
 				},
 				LivenessProbe:  live,

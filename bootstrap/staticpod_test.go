@@ -166,6 +166,15 @@ admin: {listen: "[::]:9447"}
 			if time.Duration(*s.TerminationGracePeriodSeconds)*time.Second <= handover {
 				t.Errorf("grace period %ds is not longer than the handover %s", *s.TerminationGracePeriodSeconds, handover)
 			}
+			// A liveness kill waits for the handover, not the drain: a
+			// hung appliance's node keeps its VIPs in the kernel until
+			// SIGKILL (the kubelet tier's hung appliance).
+			lg := c.LivenessProbe.TerminationGracePeriodSeconds
+			if lg == nil || *lg != tc.wantGrace-10 {
+				t.Errorf("liveness probe's grace period %v, want %d (the pod's without the drain)", lg, tc.wantGrace-10)
+			} else if time.Duration(*lg)*time.Second <= 4*cfg.VRRP.AdvertInterval {
+				t.Errorf("liveness probe's grace period %ds does not cover the handover", *lg)
+			}
 		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -496,6 +497,16 @@ func (c *kubeletCluster) testUpgrade(t *testing.T) {
 			}
 			k.waitReady(t, 60*time.Second)
 			ready := time.Since(t1)
+			// Ready is not yet able to take the VIP back: a worker's
+			// ingress router stays in FAULT until its router's check
+			// first passes (readiness does not count that FAULT: a node
+			// without a router has it for good). A rollout moves on once
+			// the node could succeed the next holder, or that one's
+			// priority-0 advert finds no successor.
+			waitFor(t, k.name+"'s router of "+group.vip.String()+" out of FAULT", 20*time.Second, func() (bool, string) {
+				s, err := k.vipState(group.vip)
+				return err == nil && (s == "BACKUP" || s == "MASTER"), fmt.Sprint(s, err)
+			})
 			now := k.mustRunning(t)
 			s, err := k.Inspect(now.ID)
 			if err != nil {
@@ -717,16 +728,20 @@ func (c *kubeletCluster) testHung(t *testing.T) {
 		}
 		return false, s
 	})
-	// Until the kubelet runs a new container, the peer must keep the VIP.
+	// Until the kubelet runs a new container, a peer must keep the VIP
+	// (two at once for a few milliseconds is equal priorities' election).
 	// The hung node's kernel keeps the address too (its appliance cannot
 	// remove it) until the container is killed.
-	var samples, gaps int
+	var samples, gaps, both int
 	var replaced kubeletnode.Container
 	var stale time.Duration
 	deadline := time.Now().Add(time.Duration(live.InitialDelaySeconds+live.PeriodSeconds*(live.FailureThreshold+1))*time.Second + h.grace(t) + 30*time.Second)
 	for {
-		if p, _ := holderOf(t, peers, kubeletAPIVIP); p == nil {
+		switch len(holders(t, nodesOf(peers), kubeletAPIVIP)) {
+		case 0:
 			gaps++
+		case 2:
+			both++
 		}
 		if holds(t, h.n, kubeletAPIVIP) {
 			stale = time.Since(t0)
@@ -755,17 +770,26 @@ func (c *kubeletCluster) testHung(t *testing.T) {
 	ok, _, failed, broken := caller.snapshot()
 	killed := st.Finished().Sub(t0)
 	t.Logf("%s SIGSTOPped: %s took the API VIP after %s; the old container was killed %s after SIGSTOP (exit %d, %s), "+
-		"the kubelet ran a new one (attempt %d) after %s; the hung node kept the VIP address for %s; the peer held the VIP in %d of %d samples; "+
+		"the kubelet ran a new one (attempt %d) after %s; the hung node kept the VIP address for %s; a peer held the VIP in %d of %d samples (both peers in %d); "+
 		"calls %d answered, %d failed, %d reset",
 		h.name, peer.name, took.Round(time.Millisecond), killed.Round(100*time.Millisecond), st.Status.ExitCode, st.Status.Reason,
 		replaced.Metadata.Attempt, restarted.Round(100*time.Millisecond), stale.Round(100*time.Millisecond),
-		samples-gaps, samples, ok, len(failed), len(broken))
+		samples-gaps, samples, both, ok, len(failed), len(broken))
 	// Liveness fails after its threshold of periods; the kill then waits
 	// the probe's grace period (the handover's), not the pod's (which adds
 	// the LB's drain): a hung process does nothing with SIGTERM.
 	liveGrace := h.grace(t)
 	if live.TerminationGracePeriodSeconds != nil {
 		liveGrace = time.Duration(*live.TerminationGracePeriodSeconds) * time.Second
+	}
+	if at, grace, ok := kubeletKill(t, h, old.ID); !ok {
+		t.Errorf("%s's kubelet.log has no kill of %s", h.name, old.ID[:12])
+	} else {
+		t.Logf("the kubelet killed it %s after SIGSTOP (liveness failed) with gracePeriod=%s; SIGKILL %s later",
+			at.Sub(t0).Round(100*time.Millisecond), grace, st.Finished().Sub(at).Round(100*time.Millisecond))
+		if grace != liveGrace {
+			t.Errorf("the kubelet killed the hung container with a grace period of %s; the manifest's liveness probe says %s", grace, liveGrace)
+		}
 	}
 	if bound := time.Duration(live.PeriodSeconds*(live.FailureThreshold+1)+live.TimeoutSeconds)*time.Second + liveGrace + 5*time.Second; killed > bound {
 		t.Errorf("the hung container was killed %s after SIGSTOP; the probes and the grace period allow %s", killed.Round(100*time.Millisecond), bound)
@@ -785,9 +809,41 @@ func (c *kubeletCluster) testHung(t *testing.T) {
 	if got, want := nftShape(t, h.n), nftShape(t, peers[0].n); got != want {
 		t.Errorf("%s's nftables after its restart differ from %s's:\n%s\n--- %s:\n%s", h.name, peers[0].name, got, peers[0].name, want)
 	}
-	if len(failed) > 0 {
-		t.Logf("calls that failed while %s hung: %v", h.name, failed)
+	// A call under way on the hung node's LB when it stopped waits for its
+	// timeout (3 s); the next ones reach the peer.
+	if len(failed)+len(broken) > 3 {
+		t.Errorf("%d calls failed while %s hung, more than those under way when it stopped: %v %v", len(failed)+len(broken), h.name, failed, broken)
+	} else if len(failed)+len(broken) > 0 {
+		t.Logf("calls under way on %s when it stopped: %v %v", h.name, failed, broken)
 	}
+}
+
+// kubeletKillRE is the kubelet's line when it stops a container (klog:
+// I<MMDD HH:MM:SS.micro>, the machine's time zone).
+var kubeletKillRE = regexp.MustCompile(`^I(\d{4} \d\d:\d\d:\d\d\.\d+) .*"Killing container with a grace period".*containerID="containerd://([0-9a-f]+)" gracePeriod=(\d+)`)
+
+// kubeletKill finds when k's kubelet began stopping container id and with
+// which grace period.
+func kubeletKill(t *testing.T, k *kubeletNode, id string) (time.Time, time.Duration, bool) {
+	b, err := os.ReadFile(filepath.Join(k.State(), "kubelet.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		m := kubeletKillRE.FindStringSubmatch(l)
+		if m == nil || m[2] != id {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", m[1], time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		at = at.AddDate(now.Year(), 0, 0)
+		g, _ := strconv.Atoi(m[3])
+		return at, time.Duration(g) * time.Second, true
+	}
+	return time.Time{}, 0, false
 }
 
 var (
@@ -815,21 +871,34 @@ func nftShape(t *testing.T, n *netlab.Node) string {
 }
 
 // testResources: the pod's requests against what the appliance uses under
-// the kubelet, on the API VIP's holder (the LB's node): RSS and the
-// cgroup's working set, CPU idle and under the bench's load (1,000 DNS
-// queries/s with dnsperf and 50 new API connections/s through the VIP).
+// the kubelet: on the API VIP's holder (the LB's node) RSS and the cgroup's
+// working set, CPU idle and under the bench's load (1,000 DNS queries/s
+// with dnsperf and 50 new API connections/s through the VIP); a worker's
+// beside it (VIP, DNS, mDNS; no LB). KUBELET_WINDOW sets the windows (10 s).
 func (c *kubeletCluster) testResources(t *testing.T) {
 	h := waitHolderOf(t, c.masters, kubeletAPIVIP, 10*time.Second, time.Second)
+	w := c.workers[0]
 	req := h.containerSpec().Resources.Requests
-	pid := h.pid(t)
-	window := 20 * time.Second
+	pids := []int{h.pid(t), w.pid(t)}
+	window := 10 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("KUBELET_WINDOW")); err == nil && d > 0 {
 		window = d
 	}
-	measure := func(load bool) (procUsage, time.Duration, string) {
-		before, err := readUsage(pid)
-		if err != nil {
-			t.Fatal(err)
+	type result struct {
+		use    [2]procUsage // holder, worker; CPU over the window
+		el     time.Duration
+		served string
+		load   string // the machine's load average at the end
+	}
+	measure := func(load bool) result {
+		var r result
+		var before [2]procUsage
+		for i, pid := range pids {
+			u, err := readUsage(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before[i] = u
 		}
 		var perf *netlab.Process
 		var caller *apiCaller
@@ -844,49 +913,59 @@ func (c *kubeletCluster) testResources(t *testing.T) {
 		}
 		t0 := time.Now()
 		time.Sleep(window)
-		after, err := readUsage(pid)
-		if err != nil {
-			t.Fatal(err)
+		for i, pid := range pids {
+			u, err := readUsage(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u.CPU -= before[i].CPU
+			u.CgroupCPU -= before[i].CgroupCPU
+			r.use[i] = u
 		}
-		el := time.Since(t0)
-		served := ""
+		r.el = time.Since(t0)
+		if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+			r.load = strings.Fields(string(b))[0]
+		}
 		if load {
 			caller.close()
 			ok, _, failed, broken := caller.snapshot()
 			_ = perf.Wait()
 			out := perf.Output()
-			served = fmt.Sprintf("API %.1f/s (%d failed), DNS %s", float64(ok)/el.Seconds(), len(failed)+len(broken),
+			r.served = fmt.Sprintf("API %.1f/s (%d failed), DNS %s", float64(ok)/r.el.Seconds(), len(failed)+len(broken),
 				strings.Join(strings.Fields(grepLines(out, "Queries per second")+" "+grepLines(out, "Queries lost")), " "))
 		}
-		after.CPU -= before.CPU
-		after.CgroupCPU -= before.CgroupCPU
-		return after, el, served
+		return r
 	}
-	idle, idleEl, _ := measure(false)
-	loaded, loadEl, served := measure(true)
+	idle := measure(false)
+	loaded := measure(true)
 	milli := func(cpu, el time.Duration) float64 { return 1000 * cpu.Seconds() / el.Seconds() }
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
-	t.Logf("%s under the kubelet, %s windows; requests cpu %s, memory %s\n"+
-		"| window | RSS | RssAnon | cgroup working set | CPU (process) | CPU (cgroup) |\n|---|---|---|---|---|---|\n"+
-		"| idle | %.1f MiB | %.1f MiB | %.1f MiB | %.1fm | %.1fm |\n"+
-		"| 1,000 DNS q/s + 50 API conn/s | %.1f MiB | %.1f MiB | %.1f MiB | %.1fm | %.1fm |\n"+
-		"peak RSS (VmHWM, start-up included) %.1f MiB; load served: %s",
-		h.name, window, req.Cpu(), req.Memory(),
-		float64(idle.RSSKiB)/1024, float64(idle.AnonKiB)/1024, mib(idle.WorkingSet), milli(idle.CPU, idleEl), milli(idle.CgroupCPU, idleEl),
-		float64(loaded.RSSKiB)/1024, float64(loaded.AnonKiB)/1024, mib(loaded.WorkingSet), milli(loaded.CPU, loadEl), milli(loaded.CgroupCPU, loadEl),
-		float64(loaded.HWMKiB)/1024, served)
+	var b strings.Builder
+	fmt.Fprintf(&b, "under the kubelet, %s windows; requests cpu %s, memory %s\n", window, req.Cpu(), req.Memory())
+	b.WriteString("| pod | window | RSS | RssAnon | cgroup working set | CPU | load average |\n|---|---|---|---|---|---|---|\n")
+	row := func(who, win string, u procUsage, r result) {
+		fmt.Fprintf(&b, "| %s | %s | %.1f MiB | %.1f MiB | %.1f MiB | %.1fm | %s |\n", who, win,
+			float64(u.RSSKiB)/1024, float64(u.AnonKiB)/1024, mib(u.WorkingSet), milli(u.CgroupCPU, r.el), r.load)
+	}
+	row(h.name+" (API VIP, LB)", "idle", idle.use[0], idle)
+	row(h.name+" (API VIP, LB)", "1,000 DNS q/s + 50 API conn/s", loaded.use[0], loaded)
+	row(w.name, "idle", idle.use[1], idle)
+	fmt.Fprintf(&b, "peak RSS (VmHWM, start-up included): %s %.1f MiB, %s %.1f MiB; load served: %s",
+		h.name, float64(loaded.use[0].HWMKiB)/1024, w.name, float64(loaded.use[1].HWMKiB)/1024, loaded.served)
+	t.Log(b.String())
 	// The requests are what the scheduler counts the node's appliance as
 	// using: under what it uses idle, the node is overcommitted by it for
 	// good; far above what it uses under load, the node's allocatable
 	// is wasted. Loose bounds: the figures are noisy on a shared machine.
-	if m := req.Memory().Value(); m < loaded.WorkingSet || m < loaded.HWMKiB*1024 {
-		t.Errorf("memory request %s is below the working set under load (%.1f MiB) or the peak RSS (%.1f MiB)", req.Memory(), mib(loaded.WorkingSet), float64(loaded.HWMKiB)/1024)
+	peak := max(loaded.use[0].WorkingSet, loaded.use[0].HWMKiB*1024)
+	if m := req.Memory().Value(); m < peak {
+		t.Errorf("memory request %s is below the working set under load or the peak RSS (%.1f MiB)", req.Memory(), mib(peak))
 	}
-	if m := req.Memory().Value(); m > 8*loaded.WorkingSet {
-		t.Errorf("memory request %s is over 8 times the working set under load (%.1f MiB)", req.Memory(), mib(loaded.WorkingSet))
+	if m := req.Memory().Value(); m > 8*loaded.use[0].WorkingSet {
+		t.Errorf("memory request %s is over 8 times the working set under load (%.1f MiB)", req.Memory(), mib(loaded.use[0].WorkingSet))
 	}
-	if cpu := req.Cpu().MilliValue(); float64(cpu) < milli(idle.CgroupCPU, idleEl) {
-		t.Errorf("CPU request %dm is below the idle use %.1fm", cpu, milli(idle.CgroupCPU, idleEl))
+	if cpu, idleCPU := req.Cpu().MilliValue(), milli(idle.use[0].CgroupCPU, idle.el); float64(cpu) < idleCPU {
+		t.Errorf("CPU request %dm is below the idle use %.1fm", cpu, idleCPU)
 	}
 }
 

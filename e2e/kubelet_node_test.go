@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"appliance/internal/apptest"
 	"appliance/internal/kubeletnode"
 	"appliance/internal/netlab"
+	"appliance/vrrp"
 )
 
 // The kubelet tier (`make kubelet`, build tag kubelet): the appliance run
@@ -283,6 +285,27 @@ func (k *kubeletNode) version() (string, error) {
 	}
 	err = json.Unmarshal(st["node"], &n)
 	return n.Version, err
+}
+
+// vipState is the state of the appliance's virtual router holding vip
+// (its /status "vips" section), "" when it has none.
+func (k *kubeletNode) vipState(vip netip.Addr) (string, error) {
+	st, err := k.status()
+	if err != nil {
+		return "", err
+	}
+	var vips []vrrp.Status
+	if err := json.Unmarshal(st["vips"], &vips); err != nil {
+		return "", err
+	}
+	for _, v := range vips {
+		for _, p := range v.VIPs {
+			if p.Addr() == vip {
+				return v.State, nil
+			}
+		}
+	}
+	return "", nil
 }
 
 // grace is the manifest's terminationGracePeriodSeconds.
