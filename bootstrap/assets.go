@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"appliance/bootstrap/monitoring"
 	"appliance/internal/cluster"
 )
 
@@ -119,8 +120,9 @@ func writeFile(path string, data []byte, mode fs.FileMode) error {
 }
 
 // WriteManifests writes the master and worker MachineConfigs under dir
-// (openshift/99-appliance-<role>.yaml), and NodeReaderFile, the RBAC that
-// lets kubelets' credentials list Nodes. A role with nothing to run gets no
+// (openshift/99-appliance-<role>.yaml), NodeReaderFile, the RBAC that lets
+// kubelets' credentials list Nodes, and the monitoring manifests (the
+// PrometheusRule and the console's dashboard ConfigMap). A role with nothing to run gets no
 // manifest, and one left by an earlier run is removed.
 func WriteManifests(dir string, cfg *cluster.Config, o Options) ([]string, error) {
 	type out struct {
@@ -153,6 +155,13 @@ func WriteManifests(dir string, cfg *cluster.Config, o Options) ([]string, error
 		return nil, err
 	}
 	outs = append(outs, out{filepath.Join(dir, NodeReaderFile), rbac})
+	mon, err := monitoring.Manifests(monitoring.Options{RunbookBase: o.RunbookBase})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range mon {
+		outs = append(outs, out{filepath.Join(dir, f.Path), f.Data})
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "openshift"), 0o755); err != nil {
 		return nil, err
 	}

@@ -119,6 +119,10 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
 	}
+	mreg, err := MetricsRegisterer(n.reg, self)
+	if err != nil {
+		return nil, err
+	}
 
 	if opts.Kubeconfig != "" {
 		ko := kubenodes.Options{Kubeconfig: opts.Kubeconfig, Domain: cfg.Cluster.Domain()}
@@ -150,12 +154,12 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 			}
 			return v.Addr(v6)
 		}
-		if n.lb, err = lb.New(cfg, n.state, lo, lb.NewMetrics(n.reg), log); err != nil {
+		if n.lb, err = lb.New(cfg, n.state, lo, lb.NewMetrics(mreg), log); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 	}
 	if n.plan.APIVIP || n.plan.IngressVIP {
-		if err := n.buildVIPs(opts); err != nil {
+		if err := n.buildVIPs(opts, mreg); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +170,7 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 		for _, c := range n.dns.Collectors() {
-			if err := n.reg.Register(c); err != nil {
+			if err := mreg.Register(c); err != nil {
 				return nil, fmt.Errorf("run: dns metrics: %w", err)
 			}
 		}
@@ -180,14 +184,14 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 		// Reservations are answered by every node alike; the pool by the
 		// API VIP's holder alone, so two nodes never lease one address.
 		do.ServePool = func() bool { return holdsAPIVIP(n.state.Snapshot()) }
-		if n.dhcp, err = dhcp.New(do, dhcp.NewMetrics(n.reg), log); err != nil {
+		if n.dhcp, err = dhcp.New(do, dhcp.NewMetrics(mreg), log); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 	}
 	return n, nil
 }
 
-func (n *Node) buildVIPs(opts Options) error {
+func (n *Node) buildVIPs(opts Options, reg prometheus.Registerer) error {
 	cfgs := VRRPConfigs(n.cfg, n.self, n.plan, n.view.Interface, n.probes(opts))
 	vrids := map[string]uint8{}
 	kinds := map[string]cluster.VIPKind{}
@@ -208,7 +212,7 @@ func (n *Node) buildVIPs(opts Options) error {
 	// /status read it there.
 	onChange := func(s vrrp.Status) { n.state.SetVIP(vipStatus(kinds[s.Name], vrids[s.Name], s)) }
 	var err error
-	n.vips, err = NewVIPs(cfgs, vrrp.NewMetrics(n.reg), n.log, onChange)
+	n.vips, err = NewVIPs(cfgs, vrrp.NewMetrics(reg), n.log, onChange)
 	return err
 }
 

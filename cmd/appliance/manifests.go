@@ -9,7 +9,7 @@ import (
 )
 
 func newManifestsCmd(g *globalFlags) *cobra.Command {
-	var config, dir, image string
+	var config, dir, image, runbook string
 	cmd := &cobra.Command{
 		Use:   "manifests",
 		Short: "Write MachineConfigs that keep the appliance on masters and workers",
@@ -20,7 +20,9 @@ upgrades; and DIR/openshift/99-appliance-node-reader.yaml, the ClusterRole and
 ClusterRoleBinding appliance-node-reader that let the kubelets' credentials
 (group system:nodes) get, list and watch Nodes, which 'appliance run' reads as
 cluster members (since Kubernetes 1.34 the Node authorizer alone lets a kubelet
-read its own Node only):
+read its own Node only); and the monitoring manifests 99-appliance-prometheusrule.yaml
+(the alerts, a PrometheusRule) and 99-appliance-dashboard.yaml (the console's
+dashboard, a ConfigMap in openshift-config-managed); see the README's Monitoring:
 
   openshift-install create manifests --dir DIR
   appliance manifests --config appliance.yaml --dir DIR --image REGISTRY/appliance@sha256:...
@@ -37,7 +39,9 @@ read its own Node only):
 			if err := bootstrap.CheckImage(image); err != nil {
 				return fmt.Errorf("manifests: %w", err)
 			}
-			written, err := bootstrap.WriteManifests(dir, cfg, bootstrapOptions(cfg, image))
+			o := bootstrapOptions(cfg, image)
+			o.RunbookBase = runbook
+			written, err := bootstrap.WriteManifests(dir, cfg, o)
 			for _, p := range written {
 				fmt.Fprintln(cmd.OutOrStdout(), p)
 			}
@@ -48,5 +52,6 @@ read its own Node only):
 	fl.StringVar(&config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
 	fl.StringVar(&dir, "dir", "", "the installer's asset folder (manifests go to DIR/openshift/)")
 	fl.StringVar(&image, "image", "", "the appliance image the nodes run, by digest (registry/appliance@sha256:...)")
+	fl.StringVar(&runbook, "runbook-url", "", "where the alerts' runbook links point: the published README.md (default README.md#<alert>)")
 	return cmd
 }
