@@ -22,8 +22,14 @@ func TestWriteManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(written) != 3 {
-			t.Fatalf("wrote %q", written)
+		want := []string{MachineConfigFile(cluster.RoleMaster), MachineConfigFile(cluster.RoleWorker), NodeReaderFile, NamespaceFile, MonitoringFile}
+		if len(written) != len(want) {
+			t.Fatalf("wrote %q, want %q", written, want)
+		}
+		for i, w := range want {
+			if written[i] != filepath.Join(dir, w) {
+				t.Errorf("wrote %q, want %q", written, want)
+			}
 		}
 	}
 	for _, role := range []cluster.Role{cluster.RoleMaster, cluster.RoleWorker} {
@@ -70,7 +76,7 @@ func TestWriteManifests(t *testing.T) {
 	o := testOptions()
 	o.Services = func(r cluster.Role) RoleServices { return RoleServices{Runs: r != cluster.RoleWorker, DNS: true} }
 	written, err := WriteManifests(dir, cfg, o)
-	if err != nil || len(written) != 2 {
+	if err != nil || len(written) != 4 {
 		t.Fatalf("%q %v", written, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, MachineConfigFile(cluster.RoleWorker))); !os.IsNotExist(err) {
