@@ -18,17 +18,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"appliance/bootstrap/monitoringtest"
 	"appliance/internal/scrape"
 	"appliance/platform/kubevirt/kubevirttest"
-)
-
-// The prometheus-operator release whose ServiceMonitor CRD the manifests
-// are held to, from the Go module proxy (the module zip carries the CRDs
-// controller-gen made from its Go types), checked against its hash.
-const (
-	promOperator     = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
-	promOperatorSum  = "h1:M5xLCLEoaW2IJfnuCwFzzpL+jSVQu3KGT84Pye+fW8s="
-	serviceMonitorIn = "example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml"
 )
 
 func TestMonitoringNamesMatchScrape(t *testing.T) {
@@ -258,26 +250,10 @@ func createStrict(client kubernetes.Interface, doc []byte) ([]byte, error) {
 }
 
 // installServiceMonitorCRD creates prometheus-operator's own ServiceMonitor
-// CRD, from its module through the Go module proxy, and waits until it is
-// served.
+// CRD and waits until it is served.
 func installServiceMonitorCRD(t *testing.T, client kubernetes.Interface) {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", promOperator)
-	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	out, err := cmd.Output()
-	var mod struct{ Dir, Sum, Error string }
-	if jerr := json.Unmarshal(out, &mod); err != nil || jerr != nil || mod.Error != "" {
-		msg := fmt.Sprintf("go mod download %s (the ServiceMonitor CRD): %v %s %s", promOperator, err, mod.Error, out)
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	if mod.Sum != promOperatorSum {
-		t.Fatalf("%s has hash %s, want %s", promOperator, mod.Sum, promOperatorSum)
-	}
-	crd, err := os.ReadFile(filepath.Join(mod.Dir, serviceMonitorIn))
+	crd, err := os.ReadFile(monitoringtest.ServiceMonitorCRD(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +269,7 @@ func installServiceMonitorCRD(t *testing.T, client kubernetes.Interface) {
 		t.Fatalf("creating the ServiceMonitor CRD: %v\n%s", err, raw)
 	}
 	for {
-		raw, err := client.Discovery().RESTClient().Get().AbsPath(crds, "servicemonitors.monitoring.coreos.com").Do(ctx).Raw()
+		raw, err := client.Discovery().RESTClient().Get().AbsPath(crds, monitoringtest.CRDName).Do(ctx).Raw()
 		var st struct {
 			Status struct {
 				Conditions []metav1.Condition `json:"conditions"`
