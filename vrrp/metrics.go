@@ -2,7 +2,9 @@ package vrrp
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the VRRP counters and gauges, labelled by instance name. One
+// Metrics are the VRRP counters and gauges, labelled by instance name
+// (vrrp_instance: Prometheus gives every scraped series its own label
+// instance, the target, and would rename ours to exported_instance). One
 // Metrics serves every instance of a process; register it once.
 type Metrics struct {
 	state       *prometheus.GaugeVec
@@ -23,43 +25,43 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "appliance_vrrp_state",
 			Help: "VRRP state of the instance: 0 INIT, 1 BACKUP, 2 MASTER, 3 FAULT.",
-		}, []string{"instance", "vrid"}),
+		}, []string{"vrrp_instance", "vrid"}),
 		priority: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "appliance_vrrp_priority",
 			Help: "Effective priority (base priority adjusted by tracking).",
-		}, []string{"instance"}),
+		}, []string{"vrrp_instance"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_vrrp_transitions_total",
 			Help: "State transitions, by the state entered.",
-		}, []string{"instance", "to"}),
+		}, []string{"vrrp_instance", "to"}),
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_vrrp_adverts_sent_total",
 			Help: "Advertisements sent.",
-		}, []string{"instance"}),
+		}, []string{"vrrp_instance"}),
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_vrrp_adverts_received_total",
 			Help: "Advertisements accepted by the receive checks.",
-		}, []string{"instance"}),
+		}, []string{"vrrp_instance"}),
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_vrrp_drops_total",
 			Help: "Received packets dropped, by reason (vrid counts adverts of other routers on the segment).",
-		}, []string{"instance", "reason"}),
+		}, []string{"vrrp_instance", "reason"}),
 		collisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_vrrp_vrid_collisions_total",
 			Help: "Adverts on our VRID that list other addresses: another router uses our VRID.",
-		}, []string{"instance"}),
+		}, []string{"vrrp_instance"}),
 		vipErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_vrrp_vip_errors_total",
 			Help: "Failures to install or remove a VIP (the instance goes to FAULT on install failure).",
-		}, []string{"instance"}),
+		}, []string{"vrrp_instance"}),
 		track: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "appliance_vrrp_track_healthy",
 			Help: "Tracked check health: 1 healthy, 0 failing.",
-		}, []string{"instance", "track"}),
+		}, []string{"vrrp_instance", "track"}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_vrrp_repairs_total",
 			Help: "Kernel state found changed under the instance and what was done: vip_restored, source_changed, source_lost (FAULT), receiver_failed (FAULT), interface_reopened.",
-		}, []string{"instance", "kind"}),
+		}, []string{"vrrp_instance", "kind"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.state, m.priority, m.transitions, m.sent, m.received, m.drops,
