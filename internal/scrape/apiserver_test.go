@@ -209,6 +209,12 @@ func TestAgainstRealAPIServer(t *testing.T) {
 		}
 		return r
 	}
+	// RBAC reads through an informer: the grants made above may take a
+	// moment to be seen (a refusal is cached only for DenyTTL).
+	waitFor(t, "prometheus-k8s allowed", 10*time.Second, func() (bool, string) {
+		r, err := scrapeWith(url, ca.pool, prometheus)
+		return err == nil && r.code == http.StatusOK, fmt.Sprintf("%d %v %.200s", r.code, err, r.body)
+	})
 	want("prometheus-k8s", prometheus, http.StatusOK, "appliance_scrape_test_total 7")
 	want("prometheus-k8s again (cached)", prometheus, http.StatusOK, "appliance_scrape_test_total 7")
 	want("another service account", stranger, http.StatusForbidden, "system:serviceaccount:default:stranger may not get /metrics")
