@@ -51,7 +51,12 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.
 The node is --node, else the configured node owning a local address (never a
 VIP), else the one named like the short host name, else, with --role (as the
 static pod passes it), the short host name: a node that joins later. A
-configured node keeps its configured role.`,
+configured node keeps its configured role.
+
+With the kubelet's kubeconfig (or --kubeconfig), the metrics are also served
+to cluster monitoring on https://NODE-IP:<admin.metricsPort, 9448>/metrics,
+with the kubelet's serving certificate (--metrics-cert), to callers the
+Kubernetes API allows to get /metrics (TokenReview, SubjectAccessReview).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A wrong flag is named before anything is loaded.
