@@ -3,7 +3,6 @@ package bootstrap
 import (
 	"bytes"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -263,7 +262,7 @@ func NamespaceYAML() ([]byte, error) { return yamlDocs("namespace", NamespaceObj
 // MonitoringYAML renders MonitoringObjects as MonitoringFile holds them.
 func MonitoringYAML(cfg *cluster.Config) ([]byte, error) {
 	if cfg.Admin.MetricsPort <= 0 || cfg.Admin.MetricsPort > 65535 {
-		return nil, fmt.Errorf("monitoring: admin.metricsPort %s is not a port", strconv.Itoa(cfg.Admin.MetricsPort))
+		return nil, fmt.Errorf("monitoring: admin.metricsPort %d is not a port (want 1..65535)", cfg.Admin.MetricsPort)
 	}
 	return yamlDocs("monitoring", MonitoringObjects(cfg)...)
 }
