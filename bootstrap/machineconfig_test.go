@@ -24,10 +24,15 @@ func TestWriteManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Two MachineConfigs, the node reader RBAC, the PrometheusRule and
-		// the dashboard.
-		if len(written) != 5 {
-			t.Fatalf("wrote %q", written)
+		want := []string{MachineConfigFile(cluster.RoleMaster), MachineConfigFile(cluster.RoleWorker), NodeReaderFile, NamespaceFile, MonitoringFile,
+			monitoring.PrometheusRuleFile, monitoring.DashboardFile}
+		if len(written) != len(want) {
+			t.Fatalf("wrote %q, want %q", written, want)
+		}
+		for i, w := range want {
+			if written[i] != filepath.Join(dir, w) {
+				t.Errorf("wrote %q, want %q", written, want)
+			}
 		}
 	}
 	for _, f := range []string{monitoring.PrometheusRuleFile, monitoring.DashboardFile} {
@@ -81,7 +86,9 @@ func TestWriteManifests(t *testing.T) {
 	o := testOptions()
 	o.Services = func(r cluster.Role) RoleServices { return RoleServices{Runs: r != cluster.RoleWorker, DNS: true} }
 	written, err := WriteManifests(dir, cfg, o)
-	if err != nil || len(written) != 4 {
+	// The master's MachineConfig, the node reader, the namespace, the
+	// monitoring objects, the rules and the dashboard.
+	if err != nil || len(written) != 6 {
 		t.Fatalf("%q %v", written, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, MachineConfigFile(cluster.RoleWorker))); !os.IsNotExist(err) {

@@ -74,7 +74,7 @@ func newMetrics() *metrics {
 			Help: "Changes of the upstream resolvers applied.",
 		}),
 		refusedClients: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "appliance_dns_refused_total",
+			Name: "appliance_dns_refused_queries_total",
 			Help: "Queries refused because the client is not on loopback, in a machine network or in dns.allowFrom.",
 		}),
 		fastAnswers: prometheus.NewCounter(prometheus.CounterOpts{
@@ -110,7 +110,7 @@ func newMetrics() *metrics {
 			Help: "Times mDNS moved its sockets to another interface, following the node's addresses.",
 		}),
 		mdnsMalformed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "appliance_dns_mdns_malformed_total",
+			Name: "appliance_dns_mdns_malformed_packets_total",
 			Help: "mDNS packets dropped because they did not parse.",
 		}),
 	}
