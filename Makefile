@@ -12,11 +12,11 @@ GOFLAGS_BUILD := -trimpath -ldflags "-s -w -X main.version=$(VERSION)"
 TEST_DEBS  := keepalived bind9 bind9-utils iproute2 nftables tcpdump tshark stress-ng iputils-ping iputils-arping procps psmisc \
               bind9-dnsutils knot-dnsutils dnsperf avahi-daemon avahi-utils isc-dhcp-client udhcpc \
               kea-admin dnsmasq haproxy wrk iperf3 curl dbus \
-              libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils skopeo ignition systemd runc jq
+              libvirt-daemon-system libvirt-clients qemu-system-x86 qemu-utils skopeo ignition systemd prometheus runc jq
 # command each package provides, to see whether it is installed without asking dpkg per package
 TEST_CMDS  := keepalived named named-checkconf ip nft tcpdump tshark stress-ng ping arping ps killall \
               dig kdig dnsperf avahi-daemon avahi-browse dhclient udhcpc perfdhcp dnsmasq haproxy wrk iperf3 curl dbus-daemon \
-              libvirtd virsh qemu-system-x86_64 qemu-img skopeo ignition-validate systemd-analyze runc jq
+              libvirtd virsh qemu-system-x86_64 qemu-img skopeo ignition-validate systemd-analyze prometheus promtool runc jq
 FUZZTIME   ?= 5s
 
 .PHONY: all build image test test-deps unit kubelet netns fuzz lint run bench clean

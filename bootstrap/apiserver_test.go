@@ -19,9 +19,10 @@ import (
 
 // TestStaticPodRealAPIServer hands the manifest's bytes, as the kubelet
 // reads them from disk, to a real kube-apiserver with strict field
-// validation: its Pod validation and admission (the Priority plugin
-// resolves system-node-critical, which only kube-system may use) accept
-// the pod for every role.
+// validation, as the kubelet creates the mirror pod: in the namespace
+// `appliance manifests` writes, its Pod validation and admission (the
+// Priority plugin resolves system-node-critical) accept the pod for every
+// role; before that namespace exists, the mirror pod cannot be made.
 func TestStaticPodRealAPIServer(t *testing.T) {
 	kc := startAPIServer(t)
 	rc, err := clientcmd.BuildConfigFromFlags("", kc)
@@ -33,6 +34,24 @@ func TestStaticPodRealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := mustParse(t, testConfigYAML)
+	post := func(body []byte) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return client.CoreV1().RESTClient().Post().Namespace(Namespace).Resource("pods").
+			Param("fieldValidation", "Strict").Body(body).Do(ctx).Raw()
+	}
+	first, err := StaticPodYAML(cfg, PodOptions{Image: testImage, Role: cluster.RoleMaster, Drain: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstJSON, err := yaml.YAMLToJSON(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := post(firstJSON); err == nil || !strings.Contains(string(raw), "not found") {
+		t.Fatalf("a mirror pod before the namespace exists: %v\n%s", err, raw)
+	}
+	applyNamespace(t, client)
 	for _, role := range []cluster.Role{cluster.RoleBootstrap, cluster.RoleMaster, cluster.RoleWorker} {
 		y, err := StaticPodYAML(cfg, PodOptions{Image: testImage, Role: role, Drain: 10 * time.Second})
 		if err != nil {
@@ -44,10 +63,7 @@ func TestStaticPodRealAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		raw, err := client.CoreV1().RESTClient().Post().Namespace("kube-system").Resource("pods").
-			Param("fieldValidation", "Strict").Body(body).Do(ctx).Raw()
-		cancel()
+		raw, err := post(body)
 		if err != nil {
 			t.Fatalf("%s: the API server refused the static pod: %v\n%s", role, err, raw)
 		}
@@ -58,13 +74,14 @@ func TestStaticPodRealAPIServer(t *testing.T) {
 		if got.Spec.Priority == nil || *got.Spec.Priority != 2000001000 {
 			t.Errorf("%s: priority %v, want system-node-critical's 2000001000", role, got.Spec.Priority)
 		}
+		// hostNetwork: the API defaults the host port to the container's.
+		if p := got.Spec.Containers[0].Ports; len(p) != 1 || p[0].Name != MetricsPortName || p[0].ContainerPort != int32(cfg.Admin.MetricsPort) || p[0].HostPort != p[0].ContainerPort {
+			t.Errorf("%s: ports %+v, want %s on %d", role, p, MetricsPortName, cfg.Admin.MetricsPort)
+		}
 	}
 	// The check can fail: a misspelt field is refused.
 	bad := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"misspelt"},"spec":{"hostNetwrk":true,"containers":[{"name":"c","image":"` + testImage + `"}]}}`)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	raw, err := client.CoreV1().RESTClient().Post().Namespace("kube-system").Resource("pods").
-		Param("fieldValidation", "Strict").Body(bad).Do(ctx).Raw()
+	raw, err := post(bad)
 	if err == nil || !strings.Contains(string(raw), "hostNetwrk") {
 		t.Errorf("a misspelt field: %v\n%s", err, raw)
 	}

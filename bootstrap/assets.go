@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"appliance/bootstrap/monitoring"
 	"appliance/internal/cluster"
 )
 
@@ -119,9 +120,12 @@ func writeFile(path string, data []byte, mode fs.FileMode) error {
 }
 
 // WriteManifests writes the master and worker MachineConfigs under dir
-// (openshift/99-appliance-<role>.yaml), and NodeReaderFile, the RBAC that
-// lets kubelets' credentials list Nodes. A role with nothing to run gets no
-// manifest, and one left by an earlier run is removed.
+// (openshift/99-appliance-<role>.yaml); NodeReaderFile, the RBAC that lets
+// kubelets' credentials list Nodes; NamespaceFile, the static pods'
+// namespace; MonitoringFile, what cluster monitoring needs to scrape every
+// node; and the alerts and the console's dashboard (monitoring.Manifests).
+// A role with nothing to run gets no MachineConfig, and one left by an
+// earlier run is removed.
 func WriteManifests(dir string, cfg *cluster.Config, o Options) ([]string, error) {
 	type out struct {
 		path string
@@ -153,6 +157,23 @@ func WriteManifests(dir string, cfg *cluster.Config, o Options) ([]string, error
 		return nil, err
 	}
 	outs = append(outs, out{filepath.Join(dir, NodeReaderFile), rbac})
+	ns, err := NamespaceYAML()
+	if err != nil {
+		return nil, err
+	}
+	outs = append(outs, out{filepath.Join(dir, NamespaceFile), ns})
+	mon, err := MonitoringYAML(cfg)
+	if err != nil {
+		return nil, err
+	}
+	outs = append(outs, out{filepath.Join(dir, MonitoringFile), mon})
+	alerts, err := monitoring.Manifests(monitoring.Options{RunbookBase: o.RunbookBase})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range alerts {
+		outs = append(outs, out{filepath.Join(dir, f.Path), f.Data})
+	}
 	if err := os.MkdirAll(filepath.Join(dir, "openshift"), 0o755); err != nil {
 		return nil, err
 	}

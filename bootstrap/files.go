@@ -54,6 +54,9 @@ type Options struct {
 	Drain time.Duration
 	// Services tells what each role runs; required.
 	Services func(cluster.Role) RoleServices
+	// RunbookBase is where the alerts' runbook links point
+	// (monitoring.Options.RunbookBase); manifests only.
+	RunbookBase string
 }
 
 // Files are the files a node of role is given, in a fixed order; none for

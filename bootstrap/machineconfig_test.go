@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	v32 "github.com/coreos/ignition/v2/config/v3_2"
 	"sigs.k8s.io/yaml"
 
+	"appliance/bootstrap/monitoring"
 	"appliance/internal/cluster"
 )
 
@@ -22,8 +24,22 @@ func TestWriteManifests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(written) != 3 {
-			t.Fatalf("wrote %q", written)
+		want := []string{MachineConfigFile(cluster.RoleMaster), MachineConfigFile(cluster.RoleWorker), NodeReaderFile, NamespaceFile, MonitoringFile,
+			monitoring.PrometheusRuleFile, monitoring.DashboardFile}
+		if len(written) != len(want) {
+			t.Fatalf("wrote %q, want %q", written, want)
+		}
+		for i, w := range want {
+			if written[i] != filepath.Join(dir, w) {
+				t.Errorf("wrote %q, want %q", written, want)
+			}
+		}
+	}
+	for _, f := range []string{monitoring.PrometheusRuleFile, monitoring.DashboardFile} {
+		want, _ := monitoring.Manifests(monitoring.Options{})
+		got, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil || !slices.ContainsFunc(want, func(m monitoring.File) bool { return m.Path == f && bytes.Equal(m.Data, got) }) {
+			t.Errorf("%s: not monitoring's manifest (%v)", f, err)
 		}
 	}
 	for _, role := range []cluster.Role{cluster.RoleMaster, cluster.RoleWorker} {
@@ -70,7 +86,9 @@ func TestWriteManifests(t *testing.T) {
 	o := testOptions()
 	o.Services = func(r cluster.Role) RoleServices { return RoleServices{Runs: r != cluster.RoleWorker, DNS: true} }
 	written, err := WriteManifests(dir, cfg, o)
-	if err != nil || len(written) != 2 {
+	// The master's MachineConfig, the node reader, the namespace, the
+	// monitoring objects, the rules and the dashboard.
+	if err != nil || len(written) != 6 {
 		t.Fatalf("%q %v", written, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, MachineConfigFile(cluster.RoleWorker))); !os.IsNotExist(err) {

@@ -35,9 +35,12 @@ const (
 	// its TLS bootstrap is done, after the pod started) and the client
 	// certificate it names (pki/kubelet-client-current.pem, a symlink the
 	// kubelet repoints at each rotation). `appliance run` reads both to
-	// list Nodes; the pod mounts the folder read-only at the same path
-	// because neither file exists when the pod starts, and a file mount
-	// would never see them appear (nor a symlink's new target).
+	// list Nodes and to review its scrape endpoint's callers, and serves
+	// that endpoint with the kubelet's serving certificate
+	// (pki/kubelet-server-current.pem, repointed likewise). The pod mounts
+	// the folder read-only at the same path because none of these files
+	// exists when the pod starts, and a file mount would never see them
+	// appear (nor a symlink's new target).
 	KubeletDir = "/var/lib/kubelet"
 	// KubeletManifestsDir is the kubelet's static pod folder. The pod
 	// mounts it read-only: `appliance run` refuses to start where OpenShift's
@@ -156,9 +159,15 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 	pod := &corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      "appliance",
-			Namespace: "kube-system", // exists from the first apiserver on, so the mirror pod appears
+			Name: "appliance",
+			// The kubelet creates the mirror pod once `appliance manifests`'
+			// Namespace exists; the static pod runs from the start either
+			// way. Cluster monitoring finds the mirror pods there.
+			Namespace: Namespace,
 			Labels:    map[string]string{"app": "appliance", "appliance/role": string(o.Role)},
+			// As OpenShift's own host-network static pods: the SCC the
+			// mirror pod is admitted under is the one it needs.
+			Annotations: map[string]string{"openshift.io/required-scc": "privileged"},
 		},
 		Spec: corev1.PodSpec{
 			HostNetwork:                   true,
@@ -186,6 +195,12 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 						corev1.ResourceMemory: resource.MustParse("64Mi"),
 					},
 				},
+				// The secure scrape endpoint on the node's own addresses
+				// (hostNetwork: the host's port), which the Service
+				// `appliance manifests` writes points at.
+				Ports: []corev1.ContainerPort{{
+					Name: MetricsPortName, ContainerPort: int32(cfg.Admin.MetricsPort), Protocol: corev1.ProtocolTCP,
+				}},
 				LivenessProbe:  live,
 				ReadinessProbe: ready,
 				// Not privileged. NET_ADMIN: VIP addresses, the nftables
@@ -223,7 +238,9 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 				// NetworkManager's own resolv.conf: the DNS's upstreams,
 				// before the node's address is put first in /etc's.
 				{Name: "nm-run", VolumeSource: hostPath(NMRunDir, corev1.HostPathDirectoryOrCreate)},
-				// The kubelet's credentials, to list Nodes (KubeletDir).
+				// The kubelet's credentials, to list Nodes and to review
+				// the scrape endpoint's callers, and its serving
+				// certificate, which that endpoint serves (KubeletDir).
 				{Name: "kubelet", VolumeSource: hostPath(KubeletDir, corev1.HostPathDirectoryOrCreate)},
 				// Where OpenShift's kubelet reads static pods; OrCreate
 				// for a kubelet configured with another folder, where

@@ -264,6 +264,49 @@ func (p *Policy) pick(in Input) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// PoolSize is how many addresses the pool may ever hand out: its range less
+// the excluded and reserved addresses and the network's own network and
+// broadcast addresses.
+func (p *Policy) PoolSize() int {
+	if p.poolSize == 0 {
+		return 0
+	}
+	n := int(p.poolSize)
+	seen := map[netip.Addr]bool{}
+	out := func(ip netip.Addr) {
+		if seen[ip] || !ip.Is4() {
+			return
+		}
+		if v := u32(ip); v >= p.poolStart && v-p.poolStart < p.poolSize {
+			seen[ip] = true
+			n--
+		}
+	}
+	for ip := range p.excluded {
+		out(ip)
+	}
+	for ip := range p.reservedIP {
+		out(ip)
+	}
+	net := p.opts.Network
+	out(net.Addr())
+	out(fromU32(u32(net.Addr()) | ^binary.BigEndian.Uint32(p.mask)))
+	return n
+}
+
+// PoolFree is how many of the pool's addresses no live entry holds at now:
+// held lists the store's addresses (leases, offers, declined) with their
+// expiry.
+func (p *Policy) PoolFree(held []Lease, now time.Time) int {
+	n := p.PoolSize()
+	for _, l := range held {
+		if l.Expiry.After(now) && p.inPool(l.IP) {
+			n--
+		}
+	}
+	return max(n, 0)
+}
+
 // inPool says whether ip may ever be handed out from the pool.
 func (p *Policy) inPool(ip netip.Addr) bool {
 	if p.poolSize == 0 || !ip.Is4() {

@@ -251,6 +251,18 @@ func (s *Store) Leases() []Lease {
 	return s.snapshotLocked()
 }
 
+// Held returns every entry that holds an address, offers included (each
+// address once: the store keys them by address).
+func (s *Store) Held() []Lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Lease, 0, len(s.byIP))
+	for _, l := range s.byIP {
+		out = append(out, *l)
+	}
+	return out
+}
+
 func (s *Store) snapshotLocked() []Lease {
 	out := make([]Lease, 0, len(s.byIP))
 	for _, l := range s.byIP {

@@ -1,6 +1,8 @@
 package dhcp
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -13,7 +15,11 @@ type Metrics struct {
 	leases   prometheus.GaugeFunc
 	flushes  prometheus.Histogram
 	reopens  prometheus.Counter
-	store    *Store
+	pool     []prometheus.Collector
+	// Set by New: the server these metrics describe.
+	store  *Store
+	policy *Policy
+	serve  func() bool
 }
 
 // NewMetrics registers the DHCP collectors on reg (nil: not registered).
@@ -51,8 +57,41 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 		return float64(len(m.store.Leases()))
 	})
+	m.pool = []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "appliance_dhcp_pool_addresses",
+			Help: "Addresses the dynamic pool may hand out (its range less excluded and reserved addresses); 0 without a pool.",
+		}, func() float64 {
+			if m.policy == nil {
+				return 0
+			}
+			return float64(m.policy.PoolSize())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "appliance_dhcp_pool_free",
+			Help: "Pool addresses that no live lease, offer or decline holds in this node's lease store.",
+		}, func() float64 {
+			if m.policy == nil || m.store == nil {
+				return 0
+			}
+			return float64(m.policy.PoolFree(m.store.Held(), time.Now()))
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "appliance_dhcp_pool_serving",
+			Help: "1 while this node hands out pool addresses (with several servers: the API VIP's holder), else 0.",
+		}, func() float64 {
+			if m.policy == nil || m.policy.PoolSize() == 0 || (m.serve != nil && !m.serve()) {
+				return 0
+			}
+			return 1
+		}),
+	}
+	// A client turned away for want of an address counts from 0, so the
+	// first one shows in an increase.
+	m.drops.WithLabelValues(string(DropPoolExhausted))
 	if reg != nil {
 		reg.MustRegister(m.received, m.replies, m.drops, m.leases, m.flushes, m.reopens)
+		reg.MustRegister(m.pool...)
 	}
 	return m
 }

@@ -97,7 +97,8 @@ func New(opts Options, metrics *Metrics, log *slog.Logger) (*Server, error) {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	metrics.store = store
+	metrics.store, metrics.policy = store, policy
+	metrics.serve = opts.ServePool
 	s := &Server{
 		opts: opts, policy: policy, store: store, metrics: metrics,
 		log:     log.With("component", "dhcp", "interface", opts.Interface),

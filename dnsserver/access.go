@@ -136,7 +136,7 @@ func (h *accessHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *d
 		o.Option = append(o.Option, &dns.EDNS0_EDE{InfoCode: dns.ExtendedErrorCodeProhibited})
 	}
 	// Nothing is logged per query: a flood from outside must not fill the
-	// log. The refusal is counted in appliance_dns_refused_total.
+	// log. The refusal is counted in appliance_dns_refused_queries_total.
 	_ = w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }

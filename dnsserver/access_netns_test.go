@@ -128,7 +128,7 @@ func TestAccessNetns(t *testing.T) {
 		t.Errorf("the upstream got %d queries while the outsider asked", n-forwarded)
 	}
 	if n := testutil.ToFloat64(srv.metrics.refusedClients); n != float64(asked) {
-		t.Errorf("appliance_dns_refused_total = %v, want %d", n, asked)
+		t.Errorf("appliance_dns_refused_queries_total = %v, want %d", n, asked)
 	}
 
 	// dns.allowFrom lets the outsider's network in.

@@ -231,7 +231,7 @@ func TestAccessHandler(t *testing.T) {
 		}
 	}
 	if got := testutil.ToFloat64(m.refusedClients); got != 2 {
-		t.Fatalf("appliance_dns_refused_total = %v, want 2", got)
+		t.Fatalf("appliance_dns_refused_queries_total = %v, want 2", got)
 	}
 }
 

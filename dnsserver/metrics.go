@@ -25,6 +25,8 @@ type metrics struct {
 	answers           *prometheus.CounterVec
 	answerBy          map[string]prometheus.Counter // answers resolved by result
 	upstreams         prometheus.Gauge
+	forwardedVec      *prometheus.CounterVec
+	forwarded         map[string]prometheus.Counter // by forward result
 	changes           prometheus.Counter
 	refusedClients    prometheus.Counter
 	fastAnswers       prometheus.Counter
@@ -63,12 +65,16 @@ func newMetrics() *metrics {
 			Name: "appliance_dns_upstreams",
 			Help: "Upstream resolvers currently forwarded to.",
 		}),
+		forwardedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "appliance_dns_forwarded_total",
+			Help: "Queries sent to the upstream resolvers (after the cache), by outcome: answered (an upstream replied, whatever its rcode), failed (none replied: SERVFAIL), rejected (the forwarder refused the query: malformed, unsupported, or too many in flight).",
+		}, []string{"result"}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "appliance_dns_upstream_changes_total",
 			Help: "Changes of the upstream resolvers applied.",
 		}),
 		refusedClients: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "appliance_dns_refused_total",
+			Name: "appliance_dns_refused_queries_total",
 			Help: "Queries refused because the client is not on loopback, in a machine network or in dns.allowFrom.",
 		}),
 		fastAnswers: prometheus.NewCounter(prometheus.CounterOpts{
@@ -104,7 +110,7 @@ func newMetrics() *metrics {
 			Help: "Times mDNS moved its sockets to another interface, following the node's addresses.",
 		}),
 		mdnsMalformed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "appliance_dns_mdns_malformed_total",
+			Name: "appliance_dns_mdns_malformed_packets_total",
 			Help: "mDNS packets dropped because they did not parse.",
 		}),
 	}
@@ -122,6 +128,10 @@ func newMetrics() *metrics {
 		m.responses = append(m.responses, m.responsesVec.WithLabelValues(dns.RcodeToString[rc]))
 	}
 	m.responses = append(m.responses, m.responsesVec.WithLabelValues("other"))
+	m.forwarded = map[string]prometheus.Counter{}
+	for _, r := range []string{forwardAnswered, forwardFailed, forwardRejected} {
+		m.forwarded[r] = m.forwardedVec.WithLabelValues(r)
+	}
 	m.answerBy = map[string]prometheus.Counter{}
 	for _, r := range []string{resultAnswer, resultNoData, resultNXDomain, resultFallthrough, "mdns_" + resultAnswer, "mdns_" + resultNXDomain} {
 		m.answerBy[r] = m.answers.WithLabelValues(r)
@@ -152,7 +162,7 @@ func (m *metrics) response(rcode int) prometheus.Counter {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.changes, m.refusedClients, m.fastAnswers, m.forwardHits, m.forwardPrefetches, m.members, m.mdnsSent,
+	return []prometheus.Collector{m.requestsVec, m.responsesVec, m.duration, m.answers, m.upstreams, m.forwardedVec, m.changes, m.refusedClients, m.fastAnswers, m.forwardHits, m.forwardPrefetches, m.members, m.mdnsSent,
 		m.mdnsRefused, m.mdnsSocketErrors, m.mdnsRebinds, m.mdnsMalformed}
 }
 
@@ -169,4 +179,25 @@ func (m *metrics) refused(reason string) prometheus.Counter {
 		return c
 	}
 	return m.mdnsRefused.WithLabelValues(reason)
+}
+
+// Outcomes of a forwarded query, the label of appliance_dns_forwarded_total.
+const (
+	forwardAnswered = "answered"
+	forwardFailed   = "failed"
+	forwardRejected = "rejected"
+)
+
+// forwardResult names the outcome of the forwarder's ServeDNS: it writes
+// an upstream's reply itself and returns no error, or returns SERVFAIL with
+// the last upstream's error when none replied, or another code for a query
+// it will not send.
+func forwardResult(rcode int, err error) string {
+	switch {
+	case err == nil:
+		return forwardAnswered
+	case rcode == dns.RcodeServerFailure:
+		return forwardFailed
+	}
+	return forwardRejected
 }

@@ -156,9 +156,12 @@ func (u upstreamHandler) Name() string { return "upstream" }
 func (u upstreamHandler) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	f := u.srv.fwd.Load()
 	if f == nil {
+		u.srv.metrics.forwarded[forwardFailed].Inc()
 		return dns.RcodeServerFailure, errors.New("upstream: no upstream resolver")
 	}
-	return f.ServeDNS(ctx, w, r)
+	rc, err := f.ServeDNS(ctx, w, r)
+	u.srv.metrics.forwarded[forwardResult(rc, err)].Inc()
+	return rc, err
 }
 
 // maxUpstreams is the most resolvers CoreDNS's forward takes in one stanza.

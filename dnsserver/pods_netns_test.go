@@ -146,7 +146,7 @@ func TestPodClientsNetns(t *testing.T) {
 	// 10.132.0.5 is not the default pod network either.
 	asked += refused(pod, "10.132.0.5", at)
 	if n := testutil.ToFloat64(srv.metrics.refusedClients); n != float64(asked) {
-		t.Errorf("appliance_dns_refused_total = %v, want %d", n, asked)
+		t.Errorf("appliance_dns_refused_queries_total = %v, want %d", n, asked)
 	}
 
 	// The cluster's own pod network replaces the default.
@@ -161,7 +161,7 @@ func TestPodClientsNetns(t *testing.T) {
 	asked2 := refused(pod, "10.128.0.5", at2)
 	asked2 += refused(stranger, "10.200.0.5", at2)
 	if n := testutil.ToFloat64(srv2.metrics.refusedClients); n != float64(asked2) {
-		t.Errorf("clusterNetwork 10.132.0.0/14: appliance_dns_refused_total = %v, want %d", n, asked2)
+		t.Errorf("clusterNetwork 10.132.0.0/14: appliance_dns_refused_queries_total = %v, want %d", n, asked2)
 	}
 	// Nothing a refused client asked was forwarded (the upstream answers
 	// at once; a moment for a straggler).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"appliance/internal/cluster"
 	"appliance/internal/netlab/netlabtest"
@@ -275,5 +276,48 @@ func TestForwarderLimits(t *testing.T) {
 	}
 	if got := forwarderOrder(s); !slices.Equal(got, []string{"192.0.2.1:53"}) {
 		t.Errorf("after a refused change the forwarder asks %v", got)
+	}
+}
+
+// TestForwardedMetric: appliance_dns_forwarded_total counts what reached
+// the upstreams by outcome, from 0: answered while one replies, failed
+// (SERVFAIL to the client) once none does.
+func TestForwardedMetric(t *testing.T) {
+	up := newOrderedUpstream(t, "192.0.2.1")
+	cfg := testConfig()
+	cfg.Network.UpstreamDNS = []netip.AddrPort{up.addr}
+	s, addr := startServer(t, cfg, cluster.NewState(cfg), Options{CacheTTL: -1})
+	count := func(r string) float64 { return testutil.ToFloat64(s.metrics.forwarded[r]) }
+	for _, r := range []string{forwardAnswered, forwardFailed, forwardRejected} {
+		if got := testutil.ToFloat64(s.metrics.forwardedVec.WithLabelValues(r)); got != 0 {
+			t.Errorf("forwarded{result=%s} = %v before any query", r, got)
+		}
+	}
+	for range 3 {
+		if got := answeredBy(t, addr, "www.example.org"); got != "192.0.2.1" {
+			t.Fatalf("answered %s", got)
+		}
+	}
+	// A cluster name never reaches the upstreams.
+	query(t, addr, "api.ocp4.example.com", dns.TypeA)
+	if a, f := count(forwardAnswered), count(forwardFailed); a != 3 || f != 0 {
+		t.Errorf("upstream up: answered %v, failed %v; want 3, 0", a, f)
+	}
+	up.stop()
+	for range 2 {
+		if got := answeredBy(t, addr, "www.example.org"); got != "SERVFAIL" {
+			t.Fatalf("the only upstream stopped: %s, want SERVFAIL", got)
+		}
+	}
+	if a, f := count(forwardAnswered), count(forwardFailed); a != 3 || f != 2 {
+		t.Errorf("upstream down: answered %v, failed %v; want 3, 2", a, f)
+	}
+	// Back up, so the forwarder's health check ends before the test does.
+	up.start()
+	p := s.fwd.Load().List()[0]
+	for start := time.Now(); p.Fails() != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the upstream is back but its health check has not passed within 10 s")
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +103,10 @@ func TestDeployedNodes(t *testing.T) {
 	// The RBAC the manifests carry, applied as the bootstrap node applies
 	// the installer's manifests.
 	kube.kubectl(t, "apply", "-f", filepath.Join(assets, "openshift", "99-appliance-node-reader.yaml"))
+	// And what they carry for cluster monitoring: the namespace, the
+	// Service and ServiceMonitor, the RBAC of the scrape endpoint.
+	promToken := applyMonitoring(t, kube, assets)
+	signer := newKubeletSigner(t)
 	upstream := upstreamDNS(t, upNode)
 
 	standins := func(n *netlab.Node, name string) {
@@ -122,7 +127,14 @@ func TestDeployedNodes(t *testing.T) {
 	for i, n := range masters {
 		name := fmt.Sprintf("master-%d", i)
 		standins(n, name)
-		nodes = append(nodes, startDeployed(t, exe, n, name, files["master"], nodeFiles(n.IPv4.Addr().String(), upstream, kubeconfig(name))))
+		extra := nodeFiles(n.IPv4.Addr().String(), upstream, kubeconfig(name))
+		if i == 0 {
+			// The kubelet's serving certificate, where the kubelet keeps
+			// it; the other nodes have none yet (before the kubelet's
+			// serving CSR is approved).
+			extra[kubeletServingFile] = signer.servingPEM(t, name, n.IPv4.Addr().String())
+		}
+		nodes = append(nodes, startDeployed(t, exe, n, name, files["master"], extra))
 	}
 	nodes = append(nodes, startDeployed(t, exe, worker0, "worker-0", files["worker"], nodeFiles(worker0.IPv4.Addr().String(), upstream, kubeconfig("worker-0"))))
 	for _, d := range nodes {
@@ -148,6 +160,59 @@ func TestDeployedNodes(t *testing.T) {
 		}
 		if got := far.dig(t, m0Addr, "", "A", "api.ocp4.example.com"); got != "REFUSED" {
 			t.Errorf("a client in no allowed network (10.200.0.5) got %q, want REFUSED", got)
+		}
+	})
+
+	t.Run("secure scrape endpoint", func(t *testing.T) {
+		// Cluster monitoring's Prometheus, from another host, through the
+		// Service's port, with its own token, verifying the node's
+		// kubelet serving certificate: master-0 reviews the token with its
+		// kubelet's credentials at its own apiserver (the stand-in in
+		// front of the real one).
+		addr := net.JoinHostPort(m0Addr, "9448")
+		var code int
+		var body string
+		waitFor(t, "an authorised scrape of master-0", 30*time.Second, func() (bool, string) {
+			var err error
+			code, body, err = scrapeFrom(worker0, addr, signer.pool, promToken)
+			return err == nil && code == http.StatusOK, fmt.Sprintf("%d %v %.300s", code, err, body)
+		})
+		for _, m := range []string{"appliance_vrrp_state{", "appliance_lb_pool_healthy_backends{", `appliance_scrape_requests_total{result="allowed"}`} {
+			if !strings.Contains(body, m) {
+				t.Errorf("master-0's scrape lacks %s", m)
+			}
+		}
+		if code, body, err := scrapeFrom(worker0, addr, signer.pool, ""); err != nil || code != http.StatusUnauthorized {
+			t.Errorf("no token: %d %v %.200s", code, err, body)
+		}
+		kube.kubectl(t, "create", "serviceaccount", "stranger")
+		stranger := strings.TrimSpace(kube.kubectl(t, "create", "token", "stranger"))
+		if code, body, err := scrapeFrom(worker0, addr, signer.pool, stranger); err != nil || code != http.StatusForbidden {
+			t.Errorf("another service account: %d %v %.200s", code, err, body)
+		}
+		// Not on the VIP master-0 may hold, nor on loopback: the node's
+		// machine-network address alone.
+		for _, other := range []string{net.JoinHostPort(apiVIP, "9448"), "127.0.0.1:9448"} {
+			n := worker0
+			if other == "127.0.0.1:9448" {
+				n = masters[0]
+			}
+			if code, _, err := scrapeFrom(n, other, signer.pool, promToken); err == nil {
+				t.Errorf("%s answered %d", other, code)
+			}
+		}
+		// A node without its serving certificate is Ready, and says why
+		// it does not serve.
+		w, err := nodes[3].get("/readyz")
+		if err != nil || !strings.Contains(w, "not counted: scrape: not listening") || !strings.Contains(w, kubeletServingFile) {
+			t.Errorf("worker-0's /readyz: %v %q", err, w)
+		}
+		st, err := m0.status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sc := string(st["scrape"]); !strings.Contains(sc, `"`+addr+`"`) || strings.Contains(sc, `"problem"`) {
+			t.Errorf("master-0's /status scrape section: %s", sc)
 		}
 	})
 

@@ -344,7 +344,7 @@ func TestRunUnicastCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	re := regexp.MustCompile(`appliance_vrrp_drops_total\{instance="api-v4",reason="unknown_peer"\} (\d+)`)
+	re := regexp.MustCompile(`appliance_vrrp_drops_total\{(?:node="[^"]*",)?reason="unknown_peer",vip="api-v4"\} (\d+)`)
 	if m := re.FindStringSubmatch(metrics); m == nil || m[1] == "0" {
 		t.Errorf("the rogue's adverts are not counted as unknown_peer:\n%s", grepLines(metrics, "drops"))
 	} else {

@@ -211,7 +211,7 @@ func TestVIPUnicast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(metrics, `appliance_vrrp_drops_total{instance="vrid-51",reason="unknown_peer"}`) {
+	if !strings.Contains(metrics, `appliance_vrrp_drops_total{reason="unknown_peer",vip="vrid-51"}`) {
 		t.Errorf("n0 should count the intruder's adverts as unknown_peer drops:\n%s", grepLines(metrics, "drops"))
 	}
 	// n0 keeps the VIP: the higher-priority intruder is not a peer.

@@ -277,6 +277,7 @@ func (l *LB) Run(ctx context.Context) error {
 			l.log.Error("empty redirect", "err", err)
 		}
 		l.setRules(nil)
+		l.metrics.setDesired(0)
 		// Closing the listener resets the connections still in its
 		// queues (handshake done or under way, not yet accepted): keep
 		// accepting them a moment. No new ones come through the VIP now.

@@ -12,6 +12,7 @@ type Metrics struct {
 	conns    *prometheus.CounterVec
 	healthy  *prometheus.GaugeVec
 	redirect prometheus.Gauge
+	desired  prometheus.Gauge
 	repairs  *prometheus.CounterVec
 }
 
@@ -44,7 +45,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"pool"}),
 		redirect: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "appliance_lb_redirect_rules",
-			Help: "nftables redirect rules installed (VIP and port pairs).",
+			Help: "nftables redirect rules installed (VIP and port pairs); 0 after a repair of the table failed.",
+		}),
+		desired: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "appliance_lb_redirect_desired_rules",
+			Help: "nftables redirect rules the pools' health calls for (a VIP and port pair per pool with a healthy backend); more than appliance_lb_redirect_rules while they cannot be installed.",
 		}),
 		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "appliance_lb_redirect_repairs_total",
@@ -56,7 +61,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.repairs.WithLabelValues(k)
 	}
 	if reg != nil {
-		reg.MustRegister(m.state, m.active, m.checks, m.bytes, m.conns, m.healthy, m.redirect, m.repairs)
+		reg.MustRegister(m.state, m.active, m.checks, m.bytes, m.conns, m.healthy, m.redirect, m.desired, m.repairs)
 	}
 	return m
 }
@@ -111,6 +116,12 @@ func (m *Metrics) setHealthy(pool string, n int) {
 func (m *Metrics) setRedirect(n int) {
 	if m != nil {
 		m.redirect.Set(float64(n))
+	}
+}
+
+func (m *Metrics) setDesired(n int) {
+	if m != nil {
+		m.desired.Set(float64(n))
 	}
 }
 

@@ -174,6 +174,12 @@ func TestNetnsRedirectRepair(t *testing.T) {
 	installed := normTable(rl.table())
 	t.Logf("installed:\n%s", installed)
 	rl.throughLB(t)
+	rules := func() (desired, installed float64) {
+		return testutil.ToFloat64(rl.metrics.desired), testutil.ToFloat64(rl.metrics.redirect)
+	}
+	if d, i := rules(); d == 0 || d != i {
+		t.Errorf("redirect rules desired %v, installed %v: want equal and more than 0", d, i)
+	}
 
 	total := 0
 	for _, tt := range []struct {
@@ -227,6 +233,9 @@ func TestNetnsRedirectRepair(t *testing.T) {
 	t.Run("removed on purpose stays removed", func(t *testing.T) {
 		rl.master.ready.Store(false)
 		waitFor(t, 10*time.Second, func() bool { return rl.table() == "" })
+		if d, i := rules(); d != 0 || i != 0 {
+			t.Errorf("without a healthy backend: redirect rules desired %v, installed %v; want 0 and 0", d, i)
+		}
 		// Someone flushes the (empty) ruleset; a watcher that re-created
 		// what the LB removed would do it now or at a periodic check.
 		if _, err := rl.n0.Run(context.Background(), "nft", "flush", "ruleset"); err != nil {

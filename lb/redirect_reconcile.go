@@ -49,8 +49,13 @@ func (l *LB) watchRedirect(ctx context.Context) error {
 		l.metrics.repaired(r.Kind)
 		l.mu.Lock()
 		l.repair = &r
+		n := len(l.rules)
 		l.mu.Unlock()
+		l.metrics.setRedirect(n)
 	}
+	// The table is as someone else left it (deleted, a chain or rule
+	// gone): the rules count as missing until a check puts them back.
+	o.OnRepairFailed = func(RedirectRepair, error) { l.metrics.setRedirect(0) }
 	return l.redir.Watch(ctx, o)
 }
 
@@ -77,6 +82,7 @@ func (l *LB) reconcileRedirect(ctx context.Context) error {
 		case <-follow:
 		}
 		want := l.desiredRules()
+		l.metrics.setDesired(len(want))
 		if err := l.redir.Apply(want); err != nil {
 			l.log.Error("apply redirect", "err", err)
 			retry.Reset(time.Second)

@@ -22,6 +22,9 @@ type WatchOptions struct {
 	Log *slog.Logger
 	// OnRepair is told of each repair once it is made (counters, /status).
 	OnRepair func(RedirectRepair)
+	// OnRepairFailed is told of a repair that could not be made: the
+	// table stays as found until a later check repairs it.
+	OnRepairFailed func(RedirectRepair, error)
 
 	// openMonitor replaces Redirector.openMonitor in tests that make the
 	// monitor fail.
@@ -68,6 +71,9 @@ func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 			attrs := []any{"kind", rep.Kind, "found", rep.Found, "trigger", trigger}
 			if err != nil {
 				o.Log.Error("redirect repair failed", append(attrs, "err", err)...)
+				if o.OnRepairFailed != nil {
+					o.OnRepairFailed(*rep, err)
+				}
 				return
 			}
 			o.Log.Warn("redirect repaired", append(attrs, "action", rep.Action)...)

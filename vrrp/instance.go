@@ -128,6 +128,7 @@ func New(cfg Config, m *Metrics, log *slog.Logger, onChange func(Status)) (*Inst
 		log = slog.Default()
 	}
 	log = log.With("component", "vrrp", "instance", cfg.Name, "vrid", cfg.VRID)
+	m.begin(cfg)
 	i := &Instance{cfg: cfg, log: log, metrics: m, onChange: onChange,
 		move: make(chan string, 1), peerReq: make(chan []netip.Addr, 1)}
 	i.status = Status{Name: cfg.Name, Interface: cfg.Interface, VRID: cfg.VRID, Version: cfg.Version,
@@ -754,6 +755,7 @@ func (r *runner) shutdown(rx <-chan received) {
 			r.log.Error("removing VIP on exit failed", "vip", v, "err", err)
 		}
 	}
+	r.setHeld(false)
 	r.log.Info("stopped")
 }
 
@@ -977,7 +979,7 @@ func (r *runner) apply(now time.Time, actions []Action) {
 			r.sendAdvert(a.Priority)
 		case ActTakeVIPs:
 			if err := r.takeVIPs(); err != nil {
-				r.held = false
+				r.setHeld(false)
 				r.metrics.vipErrors.WithLabelValues(r.cfg.Name).Inc()
 				r.log.Error("cannot install VIPs; going to FAULT", "err", err, "retry_in", r.cfg.FaultRetry)
 				r.vipFault = true
@@ -985,9 +987,9 @@ func (r *runner) apply(now time.Time, actions []Action) {
 				r.updateFault(now)
 				return
 			}
-			r.held = true
+			r.setHeld(true)
 		case ActReleaseVIPs:
-			r.held = false
+			r.setHeld(false)
 			r.nextAnnounce = time.Time{}
 			for _, v := range r.cfg.VIPs {
 				if err := r.vipMgr.Remove(v); err != nil {
@@ -1006,6 +1008,13 @@ func (r *runner) apply(now time.Time, actions []Action) {
 		}
 	}
 	r.metrics.priority.WithLabelValues(r.cfg.Name).Set(float64(r.m.Priority()))
+}
+
+// setHeld records whether the VIPs are installed, in the runner and in
+// appliance_vrrp_vip_held.
+func (r *runner) setHeld(held bool) {
+	r.held = held
+	r.metrics.setHeld(r.cfg, held)
 }
 
 func (r *runner) takeVIPs() error {

@@ -368,3 +368,45 @@ func TestStatusMasterAndPredecessor(t *testing.T) {
 		t.Fatalf("after the release: %s, predecessor %v; want MASTER, predecessor %v", st.State, st.Predecessor, master)
 	}
 }
+
+// appliance_vrrp_vip_held follows the VIP in the kernel: 1 from the
+// takeover, 0 once a higher-priority router takes it and after a shutdown;
+// every series an alert counts exists at 0 before the first event.
+func TestMetricsHeldAndSeriesFromTheStart(t *testing.T) {
+	vips := &fakeVIPs{held: map[netip.Prefix]bool{}}
+	r, _, _ := newTestRunner(t, vips)
+	held := r.metrics.held.WithLabelValues("api-v4", testVIP.Addr().String())
+	series := testutil.CollectAndCount(r.metrics.transitions) + testutil.CollectAndCount(r.metrics.repairs) +
+		testutil.CollectAndCount(r.metrics.collisions) + testutil.CollectAndCount(r.metrics.held)
+	// 3 states entered, 5 repair kinds, 1 collision counter, 1 VIP.
+	if series != 3+5+1+1 {
+		t.Errorf("before any event: %d series of transitions, repairs, collisions and held; want 10", series)
+	}
+	if got := testutil.ToFloat64(held); got != 0 {
+		t.Fatalf("held before the takeover = %v", got)
+	}
+	now := becomeMaster(r, time.Unix(1000, 0))
+	if got := testutil.ToFloat64(held); got != 1 || !vips.held[testVIP] {
+		t.Fatalf("held as master = %v (VIP installed %v), want 1", got, vips.held[testVIP])
+	}
+	higher := received{
+		v:    verdict{Packet: Packet{Version: 3, VRID: 51, Priority: 200, Interval: 100 * time.Millisecond, Addrs: []netip.Addr{testVIP.Addr()}}},
+		meta: rxMeta{Src: netip.MustParseAddr("192.168.126.11")},
+		at:   now.Add(time.Millisecond),
+	}
+	r.handle(higher.at, higher)
+	if got := testutil.ToFloat64(held); r.m.State() != StateBackup || got != 0 {
+		t.Fatalf("state %s, held %v: want BACKUP and 0 after a higher priority took over", r.m.State(), got)
+	}
+	now = becomeMaster(r, now.Add(time.Minute))
+	if got := testutil.ToFloat64(held); got != 1 {
+		t.Fatalf("held as master again = %v", got)
+	}
+	r.shutdown(make(chan received, 1))
+	if got := testutil.ToFloat64(held); got != 0 {
+		t.Errorf("held after shutdown = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(r.metrics.transitions.WithLabelValues("api-v4", "MASTER")); got != 2 {
+		t.Errorf("transitions{to=MASTER} = %v, want 2", got)
+	}
+}

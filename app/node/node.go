@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 
 	"appliance/dhcp"
 	"appliance/dnsserver"
@@ -17,6 +19,7 @@ import (
 	"appliance/internal/cluster"
 	"appliance/internal/host"
 	"appliance/internal/kubenodes"
+	"appliance/internal/scrape"
 	"appliance/internal/service"
 	"appliance/lb"
 	"appliance/vrrp"
@@ -70,6 +73,11 @@ type Options struct {
 	// a node reads its members from its own apiserver, never through the VIP
 	// it serves; "" means kubenodes.DefaultLocalServer.
 	KubeServer string
+	// MetricsCert is the secure scrape endpoint's certificate and key (one
+	// PEM file); "" means scrape.DefaultCertFile, the kubelet's serving
+	// certificate. The endpoint runs only with a Kubeconfig: without the
+	// Kubernetes API it could authorise no caller.
+	MetricsCert string
 }
 
 // Node is one node's services, built and ready to run.
@@ -85,12 +93,13 @@ type Node struct {
 	admin string
 	ver   string
 
-	vips  *VIPs
-	kinds map[string]cluster.VIPKind // instance name → VIP kind
-	lb    *lb.LB
-	dns   *dnsserver.Server
-	dhcp  *dhcp.Server
-	nodes *kubenodes.Watcher
+	vips   *VIPs
+	kinds  map[string]cluster.VIPKind // instance name → VIP kind
+	lb     *lb.LB
+	dns    *dnsserver.Server
+	dhcp   *dhcp.Server
+	nodes  *kubenodes.Watcher
+	scrape *scrape.Server
 }
 
 // New identifies the node and builds the services its role runs.
@@ -124,6 +133,10 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
 	}
+	mreg, err := MetricsRegisterer(n.reg, self)
+	if err != nil {
+		return nil, err
+	}
 
 	if opts.Kubeconfig != "" {
 		ko := kubenodes.Options{Kubeconfig: opts.Kubeconfig, Domain: cfg.Cluster.Domain()}
@@ -136,6 +149,18 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 		if n.nodes, err = kubenodes.New(n.state, ko, log); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
+		// The secure scrape endpoint reviews its callers with the same
+		// credentials, through the same server.
+		n.scrape, err = scrape.New(scrape.Options{
+			Port: cfg.Admin.MetricsPort, Addrs: view.Addrs(), CertFile: opts.MetricsCert,
+			Metrics:    promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}),
+			Kubeconfig: opts.Kubeconfig, LocalServer: ko.LocalServer, Registerer: n.reg,
+		}, log)
+		if err != nil {
+			return nil, fmt.Errorf("run: %w", err)
+		}
+	} else {
+		log.Info("no kubeconfig: no Kubernetes Nodes as members, and no secure scrape endpoint (it could authorise no caller); /metrics stays on the admin listener")
 	}
 	if n.plan.LB {
 		base := lb.DefaultOptions()
@@ -155,12 +180,12 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 			}
 			return v.Addr(v6)
 		}
-		if n.lb, err = lb.New(cfg, n.state, lo, lb.NewMetrics(n.reg), log); err != nil {
+		if n.lb, err = lb.New(cfg, n.state, lo, lb.NewMetrics(mreg), log); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 	}
 	if n.plan.APIVIP || n.plan.IngressVIP {
-		if err := n.buildVIPs(opts); err != nil {
+		if err := n.buildVIPs(opts, mreg); err != nil {
 			return nil, err
 		}
 	}
@@ -171,7 +196,7 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 		for _, c := range n.dns.Collectors() {
-			if err := n.reg.Register(c); err != nil {
+			if err := mreg.Register(c); err != nil {
 				return nil, fmt.Errorf("run: dns metrics: %w", err)
 			}
 		}
@@ -185,14 +210,14 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 		// Reservations are answered by every node alike; the pool by the
 		// API VIP's holder alone, so two nodes never lease one address.
 		do.ServePool = func() bool { return holdsAPIVIP(n.state.Snapshot()) }
-		if n.dhcp, err = dhcp.New(do, dhcp.NewMetrics(n.reg), log); err != nil {
+		if n.dhcp, err = dhcp.New(do, dhcp.NewMetrics(mreg), log); err != nil {
 			return nil, fmt.Errorf("run: %w", err)
 		}
 	}
 	return n, nil
 }
 
-func (n *Node) buildVIPs(opts Options) error {
+func (n *Node) buildVIPs(opts Options, reg prometheus.Registerer) error {
 	cfgs := VRRPConfigs(n.cfg, n.self, n.plan, n.view.Interface, n.probes(opts))
 	vrids := map[string]uint8{}
 	kinds := map[string]cluster.VIPKind{}
@@ -213,7 +238,7 @@ func (n *Node) buildVIPs(opts Options) error {
 	// /status read it there.
 	onChange := func(s vrrp.Status) { n.state.SetVIP(vipStatus(kinds[s.Name], vrids[s.Name], s)) }
 	var err error
-	n.vips, err = NewVIPs(cfgs, vrrp.NewMetrics(n.reg), n.log, onChange)
+	n.vips, err = NewVIPs(cfgs, vrrp.NewMetrics(reg), n.log, onChange)
 	return err
 }
 
@@ -303,6 +328,12 @@ func (n *Node) Stages() []service.Stage {
 		// install) the node must be ready on config and mDNS alone.
 		sources = append(sources, service.Func{ID: n.nodes.Name(), RunFunc: n.nodes.Run, StatusFn: n.nodes.Status})
 	}
+	if n.scrape != nil {
+		// Not part of /readyz either (Run lists its problem there as a
+		// note): it cannot serve before the API and the kubelet's serving
+		// certificate exist, which on a fresh cluster is the whole install.
+		sources = append(sources, service.Func{ID: n.scrape.Name(), RunFunc: n.runScrape, StatusFn: n.scrape.Status})
+	}
 	moved := func(v *host.View) {
 		if n.vips != nil {
 			for _, in := range n.vips.Instances() {
@@ -320,6 +351,20 @@ func (n *Node) Stages() []service.Stage {
 		}
 	}
 	return append(stages, append(sources, HostService(n.host, n.view.Interface, moved)))
+}
+
+// runScrape runs the secure scrape endpoint on the node's addresses as the
+// node's live view has them.
+func (n *Node) runScrape(ctx context.Context) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.Go(func() error {
+		for v := range n.host.Subscribe(ctx) {
+			n.scrape.SetAddrs(v.Addrs())
+		}
+		return nil
+	})
+	eg.Go(func() error { return n.scrape.Run(ctx) })
+	return eg.Wait()
 }
 
 // followPeers keeps the unicast peers of every virtual router in step with
@@ -358,8 +403,21 @@ type Status struct {
 // then stops them in order.
 func (n *Node) Run(ctx context.Context) error {
 	n.log.Info("starting", "role", n.self.Role, "interface", n.view.Interface, "services", n.plan.String(), "version", n.ver)
+	var notes func() error
+	if n.scrape != nil {
+		// Listed on /readyz without counting: the node's readiness says
+		// whether it does its job on the network (a master's: whether its
+		// LB has a healthy backend), which an unreachable API or a
+		// certificate not issued yet does not change.
+		notes = func() error {
+			if err := n.scrape.Problem(); err != nil {
+				return fmt.Errorf("%s: %w", n.scrape.Name(), err)
+			}
+			return nil
+		}
+	}
 	return service.Run(ctx, n.log, service.Options{
-		Admin: admin.Options{Listen: n.admin, Registry: n.reg},
+		Admin: admin.Options{Listen: n.admin, Registry: n.reg, Notes: notes},
 		Extra: map[string]func() any{
 			"node":    func() any { return Status{Name: n.self.Name, Plan: n.plan.String(), Role: n.self.Role, Version: n.ver} },
 			"members": func() any { return n.state.Snapshot().Members },

@@ -9,18 +9,26 @@ import (
 )
 
 func newManifestsCmd(g *globalFlags) *cobra.Command {
-	var config, dir, image string
+	var config, dir, image, runbook string
 	cmd := &cobra.Command{
 		Use:   "manifests",
-		Short: "Write MachineConfigs that keep the appliance on masters and workers",
+		Short: "Write MachineConfigs that keep the appliance on masters and workers, and what cluster monitoring needs",
 		Long: `Write the MachineConfig manifests DIR/openshift/99-appliance-master.yaml and
 99-appliance-worker.yaml, carrying the same files as 'appliance ignition', so the
 Machine Config Operator keeps them on every node through day-2 changes and
-upgrades; and DIR/openshift/99-appliance-node-reader.yaml, the ClusterRole and
+upgrades; DIR/openshift/99-appliance-node-reader.yaml, the ClusterRole and
 ClusterRoleBinding appliance-node-reader that let the kubelets' credentials
 (group system:nodes) get, list and watch Nodes, which 'appliance run' reads as
 cluster members (since Kubernetes 1.34 the Node authorizer alone lets a kubelet
-read its own Node only):
+read its own Node only); DIR/openshift/99-appliance-namespace.yaml, the
+namespace openshift-appliance where the static pods' mirror pods appear, watched
+by cluster monitoring; DIR/openshift/99-appliance-monitoring.yaml: the
+Service and ServiceMonitor through which cluster monitoring scrapes every node's
+secure endpoint (admin.metricsPort), and the RBAC that lets its Prometheus get
+/metrics and the kubelets' credentials review its token; and the alerts
+99-appliance-prometheusrule.yaml (a PrometheusRule) and the console's dashboard
+99-appliance-dashboard.yaml (a ConfigMap in openshift-config-managed); see the
+README's Monitoring:
 
   openshift-install create manifests --dir DIR
   appliance manifests --config appliance.yaml --dir DIR --image REGISTRY/appliance@sha256:...
@@ -37,7 +45,9 @@ read its own Node only):
 			if err := bootstrap.CheckImage(image); err != nil {
 				return fmt.Errorf("manifests: %w", err)
 			}
-			written, err := bootstrap.WriteManifests(dir, cfg, bootstrapOptions(cfg, image))
+			o := bootstrapOptions(cfg, image)
+			o.RunbookBase = runbook
+			written, err := bootstrap.WriteManifests(dir, cfg, o)
 			for _, p := range written {
 				fmt.Fprintln(cmd.OutOrStdout(), p)
 			}
@@ -48,5 +58,6 @@ read its own Node only):
 	fl.StringVar(&config, "config", "", "appliance.yaml (or install-config.yaml) describing the cluster")
 	fl.StringVar(&dir, "dir", "", "the installer's asset folder (manifests go to DIR/openshift/)")
 	fl.StringVar(&image, "image", "", "the appliance image the nodes run, by digest (registry/appliance@sha256:...)")
+	fl.StringVar(&runbook, "runbook-url", "", "where the alerts' runbook links point: the published README.md (default README.md#<alert>)")
 	return cmd
 }

@@ -11,6 +11,7 @@ import (
 	"appliance/dnsserver"
 	"appliance/internal/cluster"
 	"appliance/internal/kubenodes"
+	"appliance/internal/scrape"
 	"appliance/lb"
 )
 
@@ -25,6 +26,7 @@ type runFlags struct {
 	kubeconfig  string
 	dhcpLeases  string
 	manifests   string
+	metricsCert string
 }
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -49,7 +51,12 @@ router. SIGTERM hands the VIPs over first, then drains the LB, then stops DNS.
 The node is --node, else the configured node owning a local address (never a
 VIP), else the one named like the short host name, else, with --role (as the
 static pod passes it), the short host name: a node that joins later. A
-configured node keeps its configured role.`,
+configured node keeps its configured role.
+
+With the kubelet's kubeconfig (or --kubeconfig), the metrics are also served
+to cluster monitoring on https://NODE-IP:<admin.metricsPort, 9448>/metrics,
+with the kubelet's serving certificate (--metrics-cert), to callers the
+Kubernetes API allows to get /metrics (TokenReview, SubjectAccessReview).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// A wrong flag is named before anything is loaded.
@@ -86,6 +93,7 @@ configured node keeps its configured role.`,
 				Kubeconfig:       kubenodes.Kubeconfig(f.kubeconfig),
 				KubeletManifests: f.manifests,
 				Version:          version,
+				MetricsCert:      f.metricsCert,
 			}, log)
 			if err != nil {
 				return err
@@ -103,6 +111,7 @@ configured node keeps its configured role.`,
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "watch the Kubernetes Nodes as members with this kubeconfig (default: the kubelet's, when present; it must be allowed to list and watch Nodes)")
 	fl.StringVar(&f.readyz, "bootstrap-readyz", node.DefaultAPIServerReadyz, "the node's own apiserver readiness, which the bootstrap's API VIP follows (and a master's in keepalived-openshift mode)")
 	fl.StringVar(&f.manifests, "kubelet-manifests", node.DefaultKubeletManifests, "the kubelet's static pod folder: run refuses to start next to OpenShift's own keepalived, haproxy or coredns pod there (\"\" skips the check)")
+	fl.StringVar(&f.metricsCert, "metrics-cert", scrape.DefaultCertFile, "certificate chain and key (one PEM file, re-read when it changes) of the secure scrape endpoint on admin.metricsPort; default the kubelet's serving certificate")
 	fl.StringVar(&f.dhcpLeases, "dhcp-leases", cluster.DefaultDHCPLeaseFile, "lease file of the DHCP pool when dhcp.enabled (default dhcp.leaseFile)")
 	return cmd
 }

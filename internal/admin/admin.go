@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +21,10 @@ type Options struct {
 	Registry *prometheus.Registry // served on /metrics
 	Status   func() any           // marshalled as JSON on /status
 	Ready    func() error         // nil error: ready; nil func: always ready
+	// Notes, when set, names conditions /readyz lists after its verdict
+	// without counting them: parts whose failure must not make the node
+	// unready (the secure scrape endpoint before the Kubernetes API exists).
+	Notes func() error
 }
 
 // Server is the admin HTTP listener.
@@ -52,13 +57,19 @@ func (s *Server) Handler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		var notes string
+		if s.opts.Notes != nil {
+			if err := s.opts.Notes(); err != nil {
+				notes = "not counted: " + strings.ReplaceAll(err.Error(), "\n", "\nnot counted: ") + "\n"
+			}
+		}
 		if s.opts.Ready != nil {
 			if err := s.opts.Ready(); err != nil {
-				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				http.Error(w, "not ready: "+err.Error()+"\n"+notes, http.StatusServiceUnavailable)
 				return
 			}
 		}
-		fmt.Fprintln(w, "ok")
+		fmt.Fprint(w, "ok\n"+notes)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {

@@ -19,11 +19,13 @@ func TestEndpoints(t *testing.T) {
 	reg.MustRegister(c)
 	c.Add(3)
 	ready := errors.New("VIP api-v4 is FAULT")
+	var note error
 	s, err := New(Options{
 		Listen:   "127.0.0.1:0",
 		Registry: reg,
 		Status:   func() any { return map[string]string{"api-v4": "MASTER"} },
 		Ready:    func() error { return ready },
+		Notes:    func() error { return note },
 	}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -55,9 +57,19 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("/readyz = %d %q, want 503 naming the cause", code, body)
 	}
 	ready = nil
-	if code, _ := get("/readyz"); code != 200 {
-		t.Errorf("/readyz after ready = %d", code)
+	if code, body := get("/readyz"); code != 200 || body != "ok\n" {
+		t.Errorf("/readyz after ready = %d %q", code, body)
 	}
+	// A note is listed, and counts for nothing.
+	note = errors.Join(errors.New("scrape: not listening: no certificate"), errors.New("second line"))
+	if code, body := get("/readyz"); code != 200 || body != "ok\nnot counted: scrape: not listening: no certificate\nnot counted: second line\n" {
+		t.Errorf("/readyz with a note = %d %q, want 200 listing it", code, body)
+	}
+	ready = errors.New("lb: no backend")
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "lb: no backend") || !strings.Contains(body, "not counted: scrape") {
+		t.Errorf("/readyz not ready with a note = %d %q", code, body)
+	}
+	ready, note = nil, nil
 	if _, body := get("/metrics"); !strings.Contains(body, "appliance_test_total 3") {
 		t.Errorf("/metrics lacks the counter:\n%s", body)
 	}

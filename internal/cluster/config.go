@@ -69,6 +69,12 @@ const (
 	CompatAdvertInterval = time.Second
 	// DefaultAdminListen keeps the admin endpoint off the network by default.
 	DefaultAdminListen = "127.0.0.1:9447"
+	// DefaultMetricsPort is the secure scrape endpoint's port on the node's
+	// own addresses: in 9000-9999, the range OpenShift keeps for host-level
+	// services, beside the admin listener's 9447, and used by none of
+	// OpenShift's own host-network components (README: "The scrape
+	// endpoint").
+	DefaultMetricsPort = 9448
 	// MaxUpstreamDNS is how many resolvers network.upstreamDNS may list:
 	// the most CoreDNS's forward plugin takes in one stanza.
 	MaxUpstreamDNS = 15
@@ -267,9 +273,14 @@ type DNS struct {
 	AllowFrom []netip.Prefix
 }
 
-// Admin configures the admin HTTP listener.
+// Admin configures the admin HTTP listener and the secure scrape endpoint.
 type Admin struct {
 	Listen string // host:port
+	// MetricsPort is the port of the secure scrape endpoint (/metrics over
+	// TLS, for callers the Kubernetes API authorises) on the node's own
+	// machine-network addresses; `appliance manifests` writes the same
+	// port into the Service and ServiceMonitor.
+	MetricsPort int
 }
 
 // DefaultPriority is a role's VRRP priority for a VIP, as OpenShift's

@@ -285,6 +285,9 @@ func TestParseBad(t *testing.T) {
 		{name: "listen port range", muts: []mut{{"admin.listen", "127.0.0.1:70000"}}, wantPath: "admin.listen", wantMsg: "want a number 0..65535"},
 		{name: "listen bad host", muts: []mut{{"admin.listen", "bad_host:9447"}}, wantPath: "admin.listen", wantMsg: "neither an IP address nor a host name"},
 		{name: "listen v6 unbracketed", muts: []mut{{"admin.listen", "::1:9447"}}, wantPath: "admin.listen", wantMsg: "is not host:port"},
+		{name: "metrics port range", muts: []mut{{"admin.metricsPort", 70000}}, wantPath: "admin.metricsPort", wantMsg: "want 1..65535"},
+		{name: "metrics port negative", muts: []mut{{"admin.metricsPort", -1}}, wantPath: "admin.metricsPort", wantMsg: "is not a port"},
+		{name: "metrics port is the admin port", muts: []mut{{"admin.listen", ":9500"}, {"admin.metricsPort", 9500}}, wantPath: "admin.metricsPort", wantMsg: "admin.listen's port too"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -366,7 +369,7 @@ func TestParseGood(t *testing.T) {
 				DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
 				LB:    LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true},
 				DNS:   DNS{Enabled: true},
-				Admin: Admin{Listen: DefaultAdminListen},
+				Admin: Admin{Listen: DefaultAdminListen, MetricsPort: DefaultMetricsPort},
 			}
 			if !reflect.DeepEqual(c, want) {
 				t.Errorf("got  %+v\nwant %+v", c, want)
@@ -494,6 +497,18 @@ func TestParseGood(t *testing.T) {
 				}
 			}},
 		{name: "admin listen all", muts: []mut{{"admin.listen", ":0"}}, check: func(t *testing.T, c *Config) {}},
+		{name: "metrics port default", muts: []mut{{"admin.listen", "127.0.0.1:9447"}},
+			check: func(t *testing.T, c *Config) {
+				if c.Admin.MetricsPort != DefaultMetricsPort {
+					t.Errorf("admin.metricsPort = %d, want %d", c.Admin.MetricsPort, DefaultMetricsPort)
+				}
+			}},
+		{name: "metrics port on loopback's admin port", muts: []mut{{"admin.listen", "127.0.0.1:9600"}, {"admin.metricsPort", 9600}},
+			check: func(t *testing.T, c *Config) {
+				if c.Admin.MetricsPort != 9600 {
+					t.Errorf("admin = %+v", c.Admin)
+				}
+			}},
 		{name: "admin listen hostname", muts: []mut{{"admin.listen", "localhost:9447"}}, check: func(t *testing.T, c *Config) {}},
 		{name: "interface set", muts: []mut{{"network.interface", "br-ex"}},
 			check: func(t *testing.T, c *Config) {

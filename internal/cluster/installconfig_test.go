@@ -43,7 +43,7 @@ func TestInstallConfigTestdata(t *testing.T) {
 		DHCP:  DHCP{LeaseTime: DefaultDHCPLeaseTime, LeaseFile: DefaultDHCPLeaseFile},
 		LB:    LB{Enabled: true, Balance: LBRoundRobin, MCS: true, Redirect: true},
 		DNS:   DNS{Enabled: true},
-		Admin: Admin{Listen: DefaultAdminListen},
+		Admin: Admin{Listen: DefaultAdminListen, MetricsPort: DefaultMetricsPort},
 		// Where it came from: MCO deploys its own stack for this platform.
 		Origin: &InstallConfigOrigin{Platform: "baremetal"},
 	}

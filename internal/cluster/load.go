@@ -178,7 +178,8 @@ type rawRange struct {
 }
 
 type rawAdmin struct {
-	Listen string `json:"listen,omitempty"`
+	Listen      string `json:"listen,omitempty"`
+	MetricsPort int    `json:"metricsPort,omitempty"`
 }
 
 // Parse strictly decodes an appliance.yaml document, applies defaults and

@@ -83,7 +83,7 @@ func toRaw(cfg *Config) *rawConfig {
 			MDNS:      &cfg.DNS.MDNS,
 			AllowFrom: strs(cfg.DNS.AllowFrom),
 		},
-		Admin: rawAdmin{Listen: cfg.Admin.Listen},
+		Admin: rawAdmin{Listen: cfg.Admin.Listen, MetricsPort: cfg.Admin.MetricsPort},
 	}
 	if n.Gateway.IsValid() {
 		r.Network.Gateway = n.Gateway.String()

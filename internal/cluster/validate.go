@@ -926,6 +926,13 @@ func (v *validator) duration(path, s string) (time.Duration, bool) {
 }
 
 func (v *validator) admin(r *rawConfig, c *Config) {
+	c.Admin.MetricsPort = r.Admin.MetricsPort
+	switch {
+	case c.Admin.MetricsPort == 0:
+		c.Admin.MetricsPort = DefaultMetricsPort
+	case c.Admin.MetricsPort < 1 || c.Admin.MetricsPort > 65535:
+		v.add("admin.metricsPort", "%d is not a port; want 1..65535 (default %d, in the 9000-9999 range OpenShift keeps for host-level services)", c.Admin.MetricsPort, DefaultMetricsPort)
+	}
 	c.Admin.Listen = r.Admin.Listen
 	if c.Admin.Listen == "" {
 		c.Admin.Listen = DefaultAdminListen
@@ -937,9 +944,14 @@ func (v *validator) admin(r *rawConfig, c *Config) {
 		v.add("admin.listen", "%q is not host:port %s", r.Admin.Listen, want)
 		return
 	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+	pn, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
 		v.add("admin.listen", "%q has port %q; want a number 0..65535", r.Admin.Listen, port)
 		return
+	}
+	if int(pn) == c.Admin.MetricsPort && host != "127.0.0.1" && host != "::1" && host != "localhost" {
+		// Both would hold the node's address on one port.
+		v.add("admin.metricsPort", "%d is admin.listen's port too (%q); give one of them another port", c.Admin.MetricsPort, r.Admin.Listen)
 	}
 	if host == "" {
 		return

@@ -299,8 +299,8 @@ func Who(cfg *cluster.Config, opts Options, hostname string, links []Link) (Iden
 		return Identity{Name: short, Role: opts.Role, By: by}, nil
 	}
 	if short == "" {
-		return Identity{}, fmt.Errorf("host: %w: the host name is empty and no local address is a node's (known: %s); pass --node NAME",
-			ErrNoNode, nodeNames(cfg))
+		return Identity{}, fmt.Errorf("host: %w: the host name is empty or not set yet (%q) and no local address is a node's (known: %s); pass --node NAME, or let the machine get its name first",
+			ErrNoNode, hostname, nodeNames(cfg))
 	}
 	addrs := make([]string, len(local))
 	for i, a := range local {
@@ -317,7 +317,14 @@ func Who(cfg *cluster.Config, opts Options, hostname string, links []Link) (Iden
 // worker-7.ocp4.example.com and WORKER-7 are both worker-7.
 func shortName(hostname string) string {
 	short, _, _ := strings.Cut(strings.TrimSpace(hostname), ".")
-	return strings.ToLower(short)
+	short = strings.ToLower(short)
+	if short == "localhost" {
+		// A machine whose host name is not set yet (DHCP or
+		// NetworkManager have not named it): never a node's name, or a
+		// day-2 node would be answered as localhost.<domain>.
+		return ""
+	}
+	return short
 }
 
 // localAddrs lists the addresses that may identify a configured node: none

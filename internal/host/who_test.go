@@ -98,6 +98,10 @@ network: {machineCIDR: 192.168.126.0/24, apiVIPs: [192.168.126.5], ingressVIPs: 
 			links: eth0("192.168.126.17/24"), want: want{"worker-7", worker, false, "host name and --role", ""}},
 		{name: "day-2 node without a host name", cfg: cfg, opts: Options{Role: worker},
 			links: eth0("192.168.126.17/24"), err: []string{"host name is empty", "--node NAME"}, noNode: true},
+		{name: "day-2 node whose host name is not set yet", cfg: cfg, opts: Options{Role: worker}, hostname: "localhost.localdomain",
+			links: eth0("192.168.126.17/24"), err: []string{`not set yet ("localhost.localdomain")`, "--node NAME"}, noNode: true},
+		{name: "discovered: localhost is no name", cfg: empty, hostname: "localhost", links: eth0("192.168.126.70/24"),
+			err: []string{`not set yet ("localhost")`}, noNode: true},
 
 		// 5. nothing identifies the machine
 		{name: "no match names host name, addresses, nodes and the fix", cfg: cfg, hostname: "laptop.example.com",

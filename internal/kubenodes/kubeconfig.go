@@ -59,6 +59,13 @@ func pickKubeconfig(explicit string, candidates []string) string {
 	return ""
 }
 
+// RESTConfig is the client configuration of the kubeconfig at path, with
+// its server replaced by local when local is set, exactly as the Watcher
+// reads it: other clients of the node's kubelet credentials (the secure
+// metrics endpoint's TokenReviews and SubjectAccessReviews) reach the API
+// the same way, through the node's own apiserver on the control plane.
+func RESTConfig(path, local string) (*rest.Config, error) { return restConfig(path, local) }
+
 // restConfig loads path and, when local is set, replaces its server URL
 // with local. The TLS server name stays the kubeconfig's host, so the
 // local apiserver is asked (SNI) for the same certificate the kubeconfig's

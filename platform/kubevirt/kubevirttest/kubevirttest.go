@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -142,10 +143,47 @@ func (s *Server) InstallCRDs(multus bool) error {
 	if _, err := s.Script(nil, "kubevirt-crds/install.sh", s.Kubeconfig, dir); err != nil {
 		return err
 	}
+	served := map[string]string{"kubevirt.io/v1": "virtualmachines", "cdi.kubevirt.io/v1beta1": "datavolumes"}
 	if multus {
-		return s.installOwnCRDs()
+		if err := s.installOwnCRDs(); err != nil {
+			return err
+		}
+		served["k8s.cni.cncf.io/v1"] = "network-attachment-definitions"
+	}
+	return s.waitDiscovery(served, 60*time.Second)
+}
+
+// waitDiscovery waits until discovery lists each group version's resource:
+// an Established CRD reaches discovery a moment later, and a client that
+// looks in between sees no such API.
+func (s *Server) waitDiscovery(served map[string]string, timeout time.Duration) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(s.Config)
+	if err != nil {
+		return fmt.Errorf("kubevirttest: discovery client: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for gv, resource := range served {
+		for {
+			list, err := dc.ServerResourcesForGroupVersion(gv)
+			if err == nil && hasResource(list, resource) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("kubevirttest: discovery does not list %s in %s after %s (last error: %v)", resource, gv, timeout, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	return nil
+}
+
+func hasResource(list *metav1.APIResourceList, name string) bool {
+	for _, r := range list.APIResources {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // installOwnCRDs installs this package's CRDs (Multus').
