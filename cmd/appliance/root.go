@@ -48,6 +48,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(),
 		newVersionCmd(),
 		newLabCmd(g),
+		newSoakCmd(g),
 	)
 	return root
 }
