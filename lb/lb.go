@@ -264,6 +264,7 @@ func (l *LB) Run(ctx context.Context) error {
 		lp.start(&redirect, "redirect", l.reconcileRedirect)
 		lp.start(&redirect, "redirect watch", l.watchRedirect)
 		lp.start(&follow, "handback", l.followHandback)
+		lp.start(&follow, "release", l.followRelease)
 	}
 
 	<-runCtx.Done()
