@@ -65,7 +65,18 @@ type procSample struct {
 	RSSKiB     float64   `json:"rss_kib"`
 	Goroutines float64   `json:"goroutines"`
 	FDs        float64   `json:"fds"`
+	// Pipes are the descriptors that are pipes: the LB's splice pipes,
+	// in use or kept for reuse (up to 64 a loop, by design), and
+	// Sessions the LB's open sessions (two sockets each). Neither is a
+	// leak when it grows: they follow the load and the VIP.
+	Pipes    float64 `json:"pipes"`
+	Sessions float64 `json:"lb_sessions"`
 }
+
+// otherFDs is what the descriptor slope judges: the process's descriptors
+// but the LB's pipes and its sessions' sockets, which follow the load (a
+// node that takes the API VIP takes its connections) and not the time.
+func (s procSample) otherFDs() float64 { return s.FDs - s.Pipes - 2*s.Sessions }
 
 // sampleProcs reads every live appliance's resident memory (/proc) and
 // its goroutines and open descriptors (its /metrics: the process
@@ -108,6 +119,12 @@ func sampleProcs(ctx context.Context, c *cluster, rec *recorder, every time.Dura
 				}
 				m := parseMetrics(body)
 				s.Goroutines, s.FDs = m["go_goroutines"], m["process_open_fds"]
+				s.Pipes = float64(pipeFDs(p.Pid()))
+				for key, v := range m {
+					if strings.HasPrefix(key, "appliance_lb_backend_active_connections{") {
+						s.Sessions += v
+					}
+				}
 				rec.addSample(s)
 				checkHeld(c, nd, m, rec)
 			}
@@ -195,4 +212,20 @@ func rssKiB(pid int) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+// pipeFDs counts a process's descriptors that are pipes.
+func pipeFDs(pid int) int {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(l, "pipe:") {
+			n++
+		}
+	}
+	return n
 }

@@ -264,6 +264,7 @@ wait:
 	s.say("load stopped")
 	rep := s.analyse(inj, loadEnd)
 	rep.Interrupted = interrupted
+	rep.Passed = rep.Passed && !interrupted
 	if c.kube == nil {
 		rep.Kube = "none: " + c.kubeWhy
 	} else {
