@@ -43,7 +43,7 @@ const (
 	slopeNoiseGoroutines = 20.0
 	slopeNoiseFDs        = 10.0
 	slopeWarmup          = time.Minute
-	slopeMinSpan         = 2 * time.Minute
+	slopeMinSpan         = 90 * time.Second
 	// slopeMinSpanRSS is longer: the heap's level settles slowly (GC
 	// pacing, the scavenger), and a few minutes of it say nothing.
 	slopeMinSpanRSS = 10 * time.Minute
