@@ -161,7 +161,8 @@ const (
 )
 
 // Plan is the seeded schedule of a soak of duration d with the kinds not
-// in off: the same seed and duration give the same faults. The bootstrap's
+// in off: the same seed and duration give the same faults. Every kind comes
+// once before any comes twice (as far as d allows); the bootstrap's
 // teardown comes once, between a sixth and a third of the soak.
 func Plan(seed uint64, d time.Duration, off []Kind) []Fault {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
@@ -179,15 +180,23 @@ func Plan(seed uint64, d time.Duration, off []Kind) []Fault {
 		at := max(warmup, d/6+time.Duration(rng.Int64N(int64(d/6)+1)))
 		out = append(out, Fault{Kind: KindBootstrapTeardown, At: at, Pick: rng.Uint32()})
 	}
+	// Every kind once first, in a seeded order, then by weight: a short
+	// soak (the one in make test) meets every kind, not only the common.
+	deck := slices.Clone(pool)
+	rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
 	for t := warmup + time.Duration(rng.Int64N(int64(minGap))); t < end && total > 0; {
-		n := rng.IntN(total)
 		var ki kindInfo
-		for _, k := range pool {
-			if n < k.weight {
-				ki = k
-				break
+		if len(deck) > 0 {
+			ki, deck = deck[0], deck[1:]
+		} else {
+			n := rng.IntN(total)
+			for _, k := range pool {
+				if n < k.weight {
+					ki = k
+					break
+				}
+				n -= k.weight
 			}
-			n -= k.weight
 		}
 		f := Fault{Kind: ki.kind, At: t, Pick: rng.Uint32()}
 		if ki.maxDur > 0 {
@@ -198,6 +207,13 @@ func Plan(seed uint64, d time.Duration, off []Kind) []Fault {
 			f.Level = 10 + rng.IntN(31)
 		}
 		out = append(out, f)
+		if len(deck) > 0 {
+			// Still dealing every kind once: the next comes without
+			// waiting for this one to end (it hits another node, or
+			// waits for one), so that a 3-minute soak deals them all.
+			t += minGap + time.Duration(rng.Int64N(int64(maxGap-minGap)/2))
+			continue
+		}
 		if rng.Float64() < overlapShare {
 			t += time.Duration(rng.Int64N(int64(2 * time.Second)))
 		} else {

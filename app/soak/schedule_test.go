@@ -89,3 +89,19 @@ func TestParseKinds(t *testing.T) {
 		t.Error("an unknown kind was accepted")
 	}
 }
+
+// TestPlanEveryKindEarly: a 3-minute soak, the one make test runs, meets
+// every kind the random schedule draws from.
+func TestPlanEveryKindEarly(t *testing.T) {
+	for seed := range uint64(20) {
+		seen := map[Kind]bool{}
+		for _, f := range Plan(seed, 3*time.Minute, nil) {
+			seen[f.Kind] = true
+		}
+		for _, ki := range kinds {
+			if !seen[ki.kind] {
+				t.Errorf("seed %d: no %s in 3 minutes", seed, ki.kind)
+			}
+		}
+	}
+}
