@@ -38,6 +38,11 @@ func (l *LB) followHandback(ctx context.Context) error {
 			}
 			snap = s
 		case <-timer.C:
+		case <-l.hbKick:
+			// Someone else touched the tables (nft flush ruleset): write
+			// them again now, not at the next check.
+			l.log.Warn("handback table changed by someone else; writing it again", "table", HandbackTable)
+			force = true
 		case <-check.C:
 			missing, err := l.redir.HandbackMissing()
 			if err != nil {
