@@ -302,6 +302,7 @@ func (s *soak) analyse(inj *injector, loadEnd time.Time) *Report {
 
 	// DHCP.
 	dhcpInv := invariant{Name: "DHCP gives no reserved address to another MAC and loses no acknowledged lease"}
+	dhcpUp := invariant{Name: "DHCP answers every client but while a fault explains it", Checks: len(rec.dhcp)}
 	for _, e := range rec.dhcp {
 		rep.DHCP.Exchanges++
 		dhcpInv.Checks++
@@ -314,6 +315,7 @@ func (s *soak) analyse(inj *injector, loadEnd time.Time) *Report {
 			target := e.Client
 			if s.attribute(runs, "dhcp", target, e.At, e.At.Add(10*time.Second)) == nil {
 				rep.DHCP.Unattributed = append(rep.DHCP.Unattributed, e)
+				dhcpUp.Violations = append(dhcpUp.Violations, fmt.Sprintf("%s %s (%s) %s: %s", s.at(e.At), e.Client, e.MAC, e.Op, e.Err))
 			}
 		}
 	}
@@ -345,7 +347,7 @@ func (s *soak) analyse(inj *injector, loadEnd time.Time) *Report {
 	slopes, slopeInv := slopes(rec.samples)
 	rep.Slopes = slopes
 
-	rep.Invariants = []invariant{single, present, callInv, streamInv, dnsWrong, dnsUp, dhcpInv, bounded, held, slopeInv}
+	rep.Invariants = []invariant{single, present, callInv, streamInv, dnsWrong, dnsUp, dhcpInv, dhcpUp, bounded, held, slopeInv}
 	rep.Passed = true
 	for i := range rep.Invariants {
 		rep.Invariants[i].Held = len(rep.Invariants[i].Violations) == 0
