@@ -37,6 +37,7 @@ type dhcpEvent struct {
 type dhcpClient struct {
 	name     string
 	n        *netlab.Node
+	nd       *node // a worker's node: its client follows its address onto br-ex
 	iface    string
 	mac      net.HardwareAddr
 	reserved netip.Addr // the reservation; invalid for a pool client
@@ -66,7 +67,7 @@ func (l *dhcpLoad) setup() error {
 		l.reserved[nd.addr()] = nd.n.MAC.String()
 	}
 	for _, nd := range l.c.byRole(roleWorker) {
-		l.clients = append(l.clients, &dhcpClient{name: nd.name, n: nd.n, iface: nd.n.Iface, mac: nd.n.MAC, reserved: nd.addr()})
+		l.clients = append(l.clients, &dhcpClient{name: nd.name, n: nd.n, nd: nd, iface: nd.n.Iface, mac: nd.n.MAC, reserved: nd.addr()})
 	}
 	h, err := l.c.dhcpNode.Handle()
 	if err != nil {
@@ -135,9 +136,19 @@ func (l *dhcpLoad) exchange(cl *dhcpClient) dhcpEvent {
 	if cl.lease != nil && time.Now().Before(cl.expiry) {
 		ev.Op = "renew"
 	}
+	// A worker whose address moved onto br-ex asks from there, as its
+	// NetworkManager does: its NIC is a bridge port then and sees nothing.
+	iface := cl.iface
+	if cl.nd != nil {
+		cl.nd.mu.Lock()
+		if cl.nd.brex {
+			iface = "br-ex"
+		}
+		cl.nd.mu.Unlock()
+	}
 	var ack *dhcpv4.DHCPv4
 	err := cl.n.Do(func() error {
-		c, err := nclient4.New(cl.iface, nclient4.WithHWAddr(cl.mac), nclient4.WithTimeout(time.Second), nclient4.WithRetry(3))
+		c, err := nclient4.New(iface, nclient4.WithHWAddr(cl.mac), nclient4.WithTimeout(time.Second), nclient4.WithRetry(3))
 		if err != nil {
 			return err
 		}
