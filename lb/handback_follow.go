@@ -38,6 +38,11 @@ func (l *LB) followHandback(ctx context.Context) error {
 			}
 			snap = s
 		case <-timer.C:
+		case <-l.hbKick:
+			// Someone else touched the tables (nft flush ruleset): write
+			// them again now, not at the next check.
+			l.log.Warn("handback table changed by someone else; writing it again", "table", HandbackTable)
+			force = true
 		case <-check.C:
 			missing, err := l.redir.HandbackMissing()
 			if err != nil {
@@ -85,7 +90,7 @@ func (l *LB) followHandback(ctx context.Context) error {
 	}
 }
 
-// wantHandback is the handback rules for snap's VIP states (handbackTo,
+// wantHandback is the handback rules for snap's VIP states (handbackTargets,
 // for each API VIP this LB redirects and each pool's VIP port), and the
 // earliest time they change on their own.
 func (l *LB) wantHandback(snap *cluster.Snapshot, last map[netip.Addr]netip.Addr, now time.Time, window time.Duration) ([]Handback, time.Time) {
@@ -95,7 +100,7 @@ func (l *LB) wantHandback(snap *cluster.Snapshot, last map[netip.Addr]netip.Addr
 		if !slices.Contains(l.vips, st.VIP) {
 			continue
 		}
-		to, keep, u := handbackTo(st, last[st.VIP], now, window)
+		tos, keep, u := handbackTargets(st, last[st.VIP], now, window)
 		last[st.VIP] = keep
 		if !u.IsZero() && (until.IsZero() || u.Before(until)) {
 			until = u
@@ -104,12 +109,17 @@ func (l *LB) wantHandback(snap *cluster.Snapshot, last map[netip.Addr]netip.Addr
 		// (Options.Self): redirected, the old holder's sessions are bound
 		// to the VIP and cannot take a packet once it is gone, and passing
 		// them back would turn a reset into a timeout.
-		if !to.IsValid() || to.Is4() != st.VIP.Is4() || (st.VIP.Is6() && l.opts.Self == nil) {
+		if st.VIP.Is6() && l.opts.Self == nil {
 			continue
 		}
-		for _, po := range l.poolOpt {
-			if po.VIPPort != 0 {
-				want = append(want, Handback{VIP: st.VIP, Port: po.VIPPort, To: to})
+		for _, to := range tos {
+			if to.Is4() != st.VIP.Is4() {
+				continue
+			}
+			for _, po := range l.poolOpt {
+				if po.VIPPort != 0 {
+					want = append(want, Handback{VIP: st.VIP, Port: po.VIPPort, To: to})
+				}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -231,7 +232,7 @@ func runHandback(t *testing.T, name string, handover bool) {
 	if handover {
 		for _, fam := range []string{"ip", "ip6"} {
 			tab := handbackTable(n1, fam)
-			if !strings.Contains(tab, "counter packets") || strings.Contains(tab, "counter packets 0 ") {
+			if m := regexp.MustCompile(`counter packets (\d+) .* dup to`).FindStringSubmatch(tab); m == nil || m[1] == "0" {
 				t.Errorf("n1's %s handback rule passed no packets:\n%s", fam, tab)
 			}
 		}
@@ -241,7 +242,9 @@ func runHandback(t *testing.T, name string, handover bool) {
 }
 
 // TestNetnsHandbackTables: ApplyHandback writes one table per family in
-// one batch, replaces them whole and removes them, in its namespace only.
+// one batch (one rule passing a VIP:Port's packets to all its targets, one
+// dropping what was passed back), replaces them whole and removes them, in
+// its namespace only.
 func TestNetnsHandbackTables(t *testing.T) {
 	netlabtest.RequireRoot(t)
 	lab := netlabtest.New(t, netlab.Options{Nodes: 1, Name: "lbhbt"})
@@ -259,16 +262,22 @@ func TestNetnsHandbackTables(t *testing.T) {
 		return out
 	}
 	v4 := Handback{VIP: netip.MustParseAddr("192.0.2.250"), Port: 6443, To: netip.MustParseAddr("192.0.2.10")}
+	v4b := Handback{VIP: v4.VIP, Port: v4.Port, To: netip.MustParseAddr("192.0.2.9")} // an older holder of the same VIP
 	v6 := Handback{VIP: netip.MustParseAddr("2001:db8::250"), Port: 22623, To: netip.MustParseAddr("fe80::10")}
-	if err := r.ApplyHandback([]Handback{v6, v4}, false); err != nil {
+	if err := r.ApplyHandback([]Handback{v6, v4, v4b}, false); err != nil {
 		t.Fatal(err)
 	}
-	for fam, want := range map[string]string{
-		"ip":  "ip daddr 192.0.2.250 tcp dport 6443 ct state invalid,new tcp flags ! syn counter packets 0 bytes 0 dup to 192.0.2.10 device iif drop",
-		"ip6": "ip6 daddr 2001:db8::250 tcp dport 22623 ct state invalid,new tcp flags ! syn counter packets 0 bytes 0 dup to fe80::10 device iif drop",
+	for fam, want := range map[string][]string{
+		"ip": {"ip daddr 192.0.2.250 tcp dport 6443 ip ttl > 1 ct state invalid,new tcp flags ! syn counter packets 0 bytes 0 ip ttl set 1 dup to 192.0.2.9 device iif dup to 192.0.2.10 device iif drop",
+			"ip daddr 192.0.2.250 tcp dport 6443 ip ttl <= 1 ct state invalid,new tcp flags ! syn counter packets 0 bytes 0 drop"},
+		"ip6": {"ip6 daddr 2001:db8::250 tcp dport 22623 ip6 hoplimit > 1 ct state invalid,new tcp flags ! syn counter packets 0 bytes 0 ip6 hoplimit set 1 dup to fe80::10 device iif drop",
+			"ip6 daddr 2001:db8::250 tcp dport 22623 ip6 hoplimit <= 1 ct state invalid,new tcp flags ! syn counter packets 0 bytes 0 drop"},
 	} {
-		if got := list(fam); !strings.Contains(got, want) || !strings.Contains(got, "type filter hook prerouting priority mangle") {
-			t.Errorf("%s table:\n%s\nwant the rule %q in a prerouting chain at priority mangle (-150)", fam, got, want)
+		got := list(fam)
+		for _, w := range want {
+			if !strings.Contains(got, w) || !strings.Contains(got, "type filter hook prerouting priority mangle") {
+				t.Errorf("%s table:\n%s\nwant the rule %q in a prerouting chain at priority mangle (-150)", fam, got, w)
+			}
 		}
 	}
 	if missing, err := r.HandbackMissing(); err != nil || missing {

@@ -32,6 +32,9 @@ type LB struct {
 	rules    []Redirect
 	repair   *RedirectRepair // the last repair of the redirect table
 	handback []Handback      // installed handback rules
+	// hbKick makes followHandback check its tables now: someone else
+	// touched them (see WatchOptions.OnHandbackTouched).
+	hbKick chan struct{}
 	// watch tunes the redirect's watcher; tests shorten it.
 	watch WatchOptions
 }
@@ -47,7 +50,7 @@ func New(cfg *cluster.Config, state *cluster.State, opts Options, m *Metrics, lo
 	if state == nil {
 		return nil, errors.New("lb: no cluster state")
 	}
-	l := &LB{opts: opts, state: state, log: log.With("component", "lb"), metrics: m, kick: make(chan struct{}, 1)}
+	l := &LB{opts: opts, state: state, log: log.With("component", "lb"), metrics: m, kick: make(chan struct{}, 1), hbKick: make(chan struct{}, 1)}
 	if cfg != nil {
 		l.vips = cfg.VIPsFor(cluster.VIPAPI)
 	}
@@ -264,6 +267,7 @@ func (l *LB) Run(ctx context.Context) error {
 		lp.start(&redirect, "redirect", l.reconcileRedirect)
 		lp.start(&redirect, "redirect watch", l.watchRedirect)
 		lp.start(&follow, "handback", l.followHandback)
+		lp.start(&follow, "release", l.followRelease)
 	}
 
 	<-runCtx.Done()

@@ -292,6 +292,21 @@ func (l *loop) closeAll() {
 	}
 }
 
+// closeBornBefore ends the loop's sessions of clients of family fam
+// (FamilyAny: all) accepted before t, and says how many. Walking down, a
+// close moves only an already walked session into the freed slot.
+func (l *loop) closeBornBefore(fam Family, t time.Time) int {
+	cut := int64(t.Sub(l.base))
+	n := 0
+	for i := len(l.live) - 1; i >= 0; i-- {
+		if s := l.live[i]; s.born < cut && serves(fam, s.fam) {
+			l.closeSession(s)
+			n++
+		}
+	}
+	return n
+}
+
 func (l *loop) accept() {
 	x := l.x
 	for range acceptBatch {
@@ -325,7 +340,7 @@ func (l *loop) accept() {
 			continue
 		}
 		l.ids++
-		s := &session{l: l, id: l.ids, cfd: fd, sfd: -1, last: l.now}
+		s := &session{l: l, id: l.ids, cfd: fd, sfd: -1, last: l.now, born: l.now}
 		if x.byFamily {
 			s.fam = sockaddrFamily(&l.peer)
 		}

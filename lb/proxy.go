@@ -153,6 +153,12 @@ func (x *proxy) stopAccepting() { x.postAll((*loop).stopAccepting) }
 // closeAll ends every open session now.
 func (x *proxy) closeAll() { x.postAll((*loop).closeAll) }
 
+// closeBornBefore ends the sessions of clients of family fam (FamilyAny:
+// all) accepted before t; closed counts them as the loops get to it.
+func (x *proxy) closeBornBefore(fam Family, t time.Time, closed *atomic.Int64) {
+	x.postAll(func(l *loop) { closed.Add(int64(l.closeBornBefore(fam, t))) })
+}
+
 // postAll runs f on every loop, each on its own goroutine.
 func (x *proxy) postAll(f func(*loop)) {
 	x.mu.Lock()

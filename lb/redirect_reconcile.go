@@ -56,6 +56,12 @@ func (l *LB) watchRedirect(ctx context.Context) error {
 	// The table is as someone else left it (deleted, a chain or rule
 	// gone): the rules count as missing until a check puts them back.
 	o.OnRepairFailed = func(RedirectRepair, error) { l.metrics.setRedirect(0) }
+	o.OnHandbackTouched = func() {
+		select {
+		case l.hbKick <- struct{}{}:
+		default:
+		}
+	}
 	return l.redir.Watch(ctx, o)
 }
 

@@ -25,6 +25,11 @@ type WatchOptions struct {
 	// OnRepairFailed is told of a repair that could not be made: the
 	// table stays as found until a later check repairs it.
 	OnRepairFailed func(RedirectRepair, error)
+	// OnHandbackTouched is told of each transaction of someone else's
+	// that touched a handback table (HandbackTable): `nft flush ruleset`
+	// removes it with the redirect, and the connections it hands back are
+	// reset until it is back, so its owner checks it at once.
+	OnHandbackTouched func()
 
 	// openMonitor replaces Redirector.openMonitor in tests that make the
 	// monitor fail.
@@ -143,6 +148,9 @@ func (r *Redirector) Watch(ctx context.Context, o WatchOptions) error {
 				if r.concerns(evs) {
 					check(triggerEvent)
 				}
+				if o.OnHandbackTouched != nil && r.foreign(evs) && touchesHandback(evs.Changes) {
+					o.OnHandbackTouched()
+				}
 			}
 		case <-tick.C:
 			check(triggerPeriod)
@@ -194,9 +202,11 @@ func (r *Redirector) openMonitor() (*monitor, error) {
 // sent by us. A transaction of ours is left alone: it leaves the table as
 // desired, and checking after it would only read the table back.
 func (r *Redirector) concerns(evs *nftables.MonitorEvents) bool {
-	if !touchesTable(r.table, evs.Changes) {
-		return false
-	}
+	return touchesTable(r.table, evs.Changes) && r.foreign(evs)
+}
+
+// foreign reports whether a transaction was not sent by us.
+func (r *Redirector) foreign(evs *nftables.MonitorEvents) bool {
 	if evs.GeneratedBy != nil {
 		if g, ok := evs.GeneratedBy.Data.(*nftables.GenMsg); ok && r.ownThread(g.ProcPID) {
 			return false
@@ -209,6 +219,20 @@ func (r *Redirector) concerns(evs *nftables.MonitorEvents) bool {
 // table. A change the library could not decode counts: better one check
 // too many than a missed deletion.
 func touchesTable(table string, changes []*nftables.MonitorEvent) bool {
+	return touches(changes, func(t *nftables.Table) bool { return t.Name == table && t.Family == nftables.TableFamilyINet })
+}
+
+// touchesHandback reports whether any change concerns a handback table
+// (ip or ip6), or could not be decoded.
+func touchesHandback(changes []*nftables.MonitorEvent) bool {
+	return touches(changes, func(t *nftables.Table) bool {
+		return t.Name == HandbackTable && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6)
+	})
+}
+
+// touches reports whether any change is to a table match accepts, or
+// could not be decoded.
+func touches(changes []*nftables.MonitorEvent, match func(*nftables.Table) bool) bool {
 	for _, ev := range changes {
 		if ev.Error != nil {
 			return true
@@ -226,7 +250,7 @@ func touchesTable(table string, changes []*nftables.MonitorEvent) bool {
 		default:
 			continue
 		}
-		if t != nil && t.Name == table && t.Family == nftables.TableFamilyINet {
+		if t != nil && match(t) {
 			return true
 		}
 	}

@@ -339,6 +339,7 @@ type session struct {
 	attempts   int
 	in, out    direction // client to backend, backend to client
 	last       int64     // loop time of the last byte moved either way
+	born       int64     // loop time it was accepted
 	connectBy  int64
 	idx        int    // in l.live
 	fam        Family // the client's: its backend's must match (FamilyAny: single-stack)

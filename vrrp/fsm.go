@@ -171,6 +171,9 @@ type Machine struct {
 	// (ActStateChange.Predecessor or ActPredecessor).
 	masterSince time.Time
 	hasPred     bool
+
+	// holders are the routers heard advertising lately (see Holders).
+	holders []holderRec
 }
 
 // NewMachine returns a machine in StateInit. Zero Version, Priority and
@@ -337,6 +340,9 @@ func (m *Machine) SetPriority(now time.Time, p uint8) []Action {
 // Receive handles an advert for our VRID that passed the transport's checks
 // (TTL, auth, family, interval for v2). src is the IP source address.
 func (m *Machine) Receive(now time.Time, p Packet, src netip.Addr) []Action {
+	if m.state == StateBackup || m.state == StateMaster {
+		m.heard(now, src, p)
+	}
 	switch m.state {
 	case StateBackup:
 		return m.receiveBackup(now, p, src)

@@ -53,11 +53,15 @@ type Status struct {
 	Master    netip.Addr     `json:"master,omitzero"`
 	// Predecessor is, while master, the master that handed over to us
 	// alive (ActStateChange.Predecessor); zero otherwise.
-	Predecessor netip.Addr    `json:"predecessor,omitzero"`
-	Since       time.Time     `json:"since"`
-	Collision   string        `json:"collision,omitempty"`
-	Fault       string        `json:"fault,omitempty"`
-	Tracks      []TrackResult `json:"tracks,omitempty"`
+	Predecessor netip.Addr `json:"predecessor,omitzero"`
+	// Holders are the other routers heard holding the VIPs lately (see
+	// Machine.Holders), as of the latest change to the list: the master a
+	// backup follows advertises on after its Last.
+	Holders   []Holder      `json:"holders,omitempty"`
+	Since     time.Time     `json:"since"`
+	Collision string        `json:"collision,omitempty"`
+	Fault     string        `json:"fault,omitempty"`
+	Tracks    []TrackResult `json:"tracks,omitempty"`
 	// Transport is "unicast" or "multicast"; Peers are the unicast peers.
 	Transport string       `json:"transport"`
 	Peers     []netip.Addr `json:"peers,omitempty"`
@@ -875,6 +879,7 @@ func (r *runner) handle(now time.Time, in received) {
 	wasMaster := r.m.State() == StateMaster
 	r.apply(now, r.m.Receive(now, in.v.Packet, in.meta.Src))
 	r.masterLearned()
+	r.holdersLearned(now)
 	if wasMaster && r.m.State() == StateMaster && in.v.Packet.Priority > 0 && in.v.Packet.Priority <= r.m.Priority() {
 		r.reassert(now, in.meta.Src)
 	}
@@ -914,6 +919,7 @@ func (r *runner) tick(now time.Time) {
 		r.updateStatus(func(s *Status) { s.Collision = "" })
 	}
 	r.apply(now, r.m.Tick(now))
+	r.holdersLearned(now) // a holder's silence ages into a verdict, or out of memory
 }
 
 func (r *runner) applyTracks(now time.Time, log bool) {
@@ -1037,7 +1043,22 @@ func (r *runner) stateChanged(now time.Time, a ActStateChange) {
 		s.Priority = r.m.Priority()
 		s.Master = r.m.MasterAddr()
 		s.Predecessor = a.Predecessor
+		s.Holders = r.m.Holders(now)
 	})
+}
+
+// holdersLearned publishes the routers heard holding the VIPs when who
+// they are, or whether they ended alive, changed; their times alone
+// (every advert of the master a backup follows) are not worth a new
+// status.
+func (r *runner) holdersLearned(now time.Time) {
+	hs := r.m.Holders(now)
+	r.mu.Lock()
+	same := sameHolders(r.status.Holders, hs)
+	r.mu.Unlock()
+	if !same {
+		r.updateStatus(func(s *Status) { s.Holders = hs })
+	}
 }
 
 // masterLearned publishes the master a backup follows when it changes

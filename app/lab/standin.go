@@ -64,6 +64,7 @@ func ServeAPIServer(ctx context.Context, o APIServerOptions) error {
 	// apiserver still serves the requests that reach it.
 	whoami := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintf(w, "{\"node\":%q}\n", o.Name) }
 	mux.HandleFunc("GET /version", whoami)
+	mux.HandleFunc("GET /lab/stream", func(w http.ResponseWriter, r *http.Request) { stream(ctx, w, r, o.Name) })
 	if o.Upstream == "" {
 		mux.HandleFunc("GET /", whoami)
 	} else {
@@ -78,6 +79,38 @@ func ServeAPIServer(ctx context.Context, o APIServerOptions) error {
 		mux.Handle("/", p)
 	}
 	return serve(ctx, "lab apiserver", o.Name, mux, o.Listen, true)
+}
+
+// stream answers GET /lab/stream?every=DURATION like a watch: a line
+// "NAME SEQ" every DURATION (default 1 s) until the client goes, or until
+// ctx ends, when the response ends cleanly as an apiserver shutting down
+// ends its watches.
+func stream(ctx context.Context, w http.ResponseWriter, r *http.Request, name string) {
+	every := time.Second
+	if d, err := time.ParseDuration(r.URL.Query().Get("every")); err == nil && d >= 10*time.Millisecond {
+		every = d
+	}
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain")
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for seq := 0; ; seq++ {
+		if _, err := fmt.Fprintf(w, "%s %d\n", name, seq); err != nil {
+			return
+		}
+		fl.Flush()
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.Context().Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // ServeMCS is the lab's stand-in Machine Config Server until ctx ends:

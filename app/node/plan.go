@@ -291,6 +291,9 @@ func vipStatus(kind cluster.VIPKind, vrid uint8, s vrrp.Status) cluster.VIPStatu
 	}
 	v := cluster.VIPStatus{Name: s.Name, VRID: vrid, Kind: kind, LocalState: local, Master: s.Master,
 		Predecessor: s.Predecessor, Priority: s.Priority, Since: s.Since, Collision: s.Collision}
+	for _, h := range s.Holders {
+		v.Holders = append(v.Holders, cluster.VIPHolder{Addr: h.Addr, Last: h.Last, Alive: h.Alive})
+	}
 	if len(s.VIPs) > 0 {
 		v.VIP = s.VIPs[0].Addr()
 	}

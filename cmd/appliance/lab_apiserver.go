@@ -13,7 +13,7 @@ func newLabAPIServerCmd() *cobra.Command {
 	var o lab.APIServerOptions
 	cmd := &cobra.Command{
 		Use:    "apiserver",
-		Short:  "Stand-in apiserver for the lab: HTTPS /readyz (fails while --fail-file exists)",
+		Short:  "Stand-in apiserver for the lab: HTTPS /readyz (fails while --fail-file exists), /version, a watch-like /lab/stream",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -58,6 +58,7 @@ func newRoot() (*cobra.Command, *globalFlags) {
 		newStatusCmd(),
 		newVersionCmd(),
 		newLabCmd(g),
+		newSoakCmd(g),
 	)
 	return root, g
 }

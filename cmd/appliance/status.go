@@ -274,6 +274,19 @@ func (p *statusPrinter) vips(raw json.RawMessage) {
 		if v.Predecessor.IsValid() {
 			notes = append(notes, "handed over by "+v.Predecessor.String())
 		}
+		if v.State == vrrp.StateMaster.String() {
+			// The routers whose connections the handback passes on.
+			for _, h := range v.Holders {
+				if h.Addr == v.Predecessor {
+					continue
+				}
+				n := "held before by " + h.Addr.String() + " (last advert " + p.ago(h.Last)
+				if !h.Alive {
+					n += ", went silent"
+				}
+				notes = append(notes, n+")")
+			}
+		}
 		for _, t := range v.Tracks {
 			if !t.Healthy {
 				n := "track " + t.Name + " failing"

@@ -62,6 +62,23 @@ type VIPStatus struct {
 	Priority    uint8     // this node's priority
 	Since       time.Time // when LocalState last changed
 	Collision   string    // non-empty when another router uses this VRID differently
+	// Holders are the other routers heard holding the VIP lately
+	// (vrrp.Status.Holders), oldest first: each may still serve
+	// connections it accepted while it held it, so a new holder passes
+	// their packets to every one (lb's handback), not only to the last.
+	Holders []VIPHolder
+}
+
+// VIPHolder is a router heard advertising as a VIP's master.
+type VIPHolder struct {
+	Addr netip.Addr
+	// Last is when its latest advert came, as of the status it was
+	// published with: the master a backup still follows advertises on.
+	Last time.Time
+	// Alive says its reign did not end in a silence long enough to mean
+	// death: it released the VIP (priority 0), stepped back to another
+	// master, or still advertises.
+	Alive bool
 }
 
 // Snapshot is one immutable version of the live state. Callers share it and
@@ -277,9 +294,14 @@ func memberEqual(a, b Member) bool {
 }
 
 func vipEqual(a, b VIPStatus) bool {
-	ta, tb := a.Since, b.Since
-	a.Since, b.Since = time.Time{}, time.Time{}
-	return a == b && ta.Equal(tb)
+	return a.Name == b.Name && a.VIP == b.VIP && a.VRID == b.VRID && a.Kind == b.Kind &&
+		a.LocalState == b.LocalState && a.Master == b.Master && a.Predecessor == b.Predecessor &&
+		a.Priority == b.Priority && a.Since.Equal(b.Since) && a.Collision == b.Collision &&
+		slices.EqualFunc(a.Holders, b.Holders, holderEqual)
+}
+
+func holderEqual(a, b VIPHolder) bool {
+	return a.Addr == b.Addr && a.Alive == b.Alive && a.Last.Equal(b.Last)
 }
 
 // putSorted returns a copy of list with v at index i, replacing the element

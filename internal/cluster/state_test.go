@@ -302,3 +302,56 @@ func TestStateConcurrent(t *testing.T) {
 		t.Errorf("configured member lost its source: %+v", m)
 	}
 }
+
+// TestVIPEqualComparesEveryField: SetVIP skips a status equal to the one
+// it holds, so vipEqual must tell apart two statuses differing in any one
+// field; a field added to VIPStatus without a comparison fails here.
+func TestVIPEqualComparesEveryField(t *testing.T) {
+	base := VIPStatus{Name: "api-v4", VIP: netip.MustParseAddr("192.0.2.5"), VRID: 1, Kind: VIPAPI,
+		LocalState: VIPStateBackup, Master: netip.MustParseAddr("192.0.2.10"), Predecessor: netip.MustParseAddr("192.0.2.11"),
+		Priority: 40, Since: time.Unix(100, 0), Collision: "x",
+		Holders: []VIPHolder{{Addr: netip.MustParseAddr("192.0.2.12"), Last: time.Unix(90, 0), Alive: true}}}
+	if !vipEqual(base, base) {
+		t.Fatal("a status differs from itself")
+	}
+	// The same instant in another location is the same time.
+	loc := base
+	loc.Since = base.Since.In(time.FixedZone("x", 3600))
+	if !vipEqual(base, loc) {
+		t.Error("the same Since in another zone compares unequal")
+	}
+	rt := reflect.TypeOf(base)
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		other := base
+		v := reflect.ValueOf(&other).Elem().Field(i)
+		switch f.Name {
+		case "Name", "Collision":
+			v.SetString("y")
+		case "VRID", "Priority":
+			v.SetUint(2)
+		case "Kind":
+			v.Set(reflect.ValueOf(VIPIngress))
+		case "LocalState":
+			v.Set(reflect.ValueOf(VIPStateMaster))
+		case "VIP", "Master", "Predecessor":
+			v.Set(reflect.ValueOf(netip.MustParseAddr("192.0.2.99")))
+		case "Since":
+			v.Set(reflect.ValueOf(time.Unix(101, 0)))
+		case "Holders":
+			for _, hs := range [][]VIPHolder{nil, {{Addr: netip.MustParseAddr("192.0.2.12"), Last: time.Unix(90, 0)}},
+				{{Addr: netip.MustParseAddr("192.0.2.12"), Last: time.Unix(91, 0), Alive: true}}} {
+				other.Holders = hs
+				if vipEqual(base, other) {
+					t.Errorf("statuses differing in Holders (%v) compare equal", hs)
+				}
+			}
+			continue
+		default:
+			t.Fatalf("VIPStatus.%s: no changed value in this test; add one, and compare it in vipEqual", f.Name)
+		}
+		if vipEqual(base, other) {
+			t.Errorf("statuses differing in %s compare equal", f.Name)
+		}
+	}
+}

@@ -1,0 +1,390 @@
+package soak
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"appliance/internal/netlab"
+)
+
+// Domain is the soak cluster's domain: cluster ocp4, base domain example.com.
+const Domain = "ocp4.example.com"
+
+// adminListen is `appliance run`'s admin listener inside every node.
+const adminListen = "127.0.0.1:9447"
+
+// The soak's addresses on netlab's default network 192.168.126.0/24.
+var (
+	apiVIP     = netip.MustParseAddr("192.168.126.5")
+	ingressVIP = netip.MustParseAddr("192.168.126.6")
+	// day2IP is the day-2 worker's InternalIP: its Node exists in the
+	// Kubernetes API only (no machine answers there).
+	day2IP = netip.MustParseAddr("192.168.126.40")
+	// forwardedA is what the upstream DNS servers answer for forwarded
+	// names.
+	forwardedA = netip.MustParseAddr("198.51.100.80")
+)
+
+// Roles of the soak's nodes.
+const (
+	roleBootstrap = "bootstrap"
+	roleMaster    = "master"
+	roleWorker    = "worker"
+)
+
+// node is one cluster node of the soak: its namespace, what runs in it and
+// what the faults did to it.
+type node struct {
+	name string // "bootstrap", "master-0", ...
+	role string
+	n    *netlab.Node
+	h    *netlink.Handle // in the node's namespace, for reading its addresses
+
+	mu        sync.Mutex
+	procs     map[string]*netlab.Process // "run", "apiserver", "mcs", "router"
+	gone      bool                       // torn down (the bootstrap): nothing runs, nothing is checked
+	brex      bool                       // its address is on br-ex
+	busy      int                        // faults running on it now
+	restarted time.Time                  // when its appliance last started
+}
+
+func (nd *node) addr() netip.Addr { return nd.n.IPv4.Addr() }
+
+// proc returns the process key runs, or nil.
+func (nd *node) proc(key string) *netlab.Process {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.procs[key]
+}
+
+func (nd *node) setProc(key string, p *netlab.Process) {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	nd.procs[key] = p
+}
+
+func (nd *node) isGone() bool {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	return nd.gone
+}
+
+// controlPlane reports whether the node runs the API VIP, the LB and an
+// apiserver.
+func (nd *node) controlPlane() bool { return nd.role != roleWorker }
+
+// holds reports whether the node carries addr on any of its interfaces
+// (eth0, or br-ex after a move).
+func (nd *node) holds(addr netip.Addr) bool {
+	as, err := nd.h.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return false
+	}
+	for _, a := range as {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// cluster is the soak's lab: nodes, the client, the upstream DNS servers,
+// the Kubernetes API.
+type cluster struct {
+	ctx   context.Context
+	o     *Options
+	lab   *netlab.Lab
+	nodes []*node // bootstrap, masters, workers
+	// client calls the API and asks DNS; dhcpNode hosts the pool clients.
+	client, dhcpNode *netlab.Node
+	ups              []*upstream
+	kube             *kubeAPI // nil: no Kubernetes API
+	kubeWhy          string   // why not
+	cfgPath          string
+}
+
+func (c *cluster) node(name string) *node {
+	for _, nd := range c.nodes {
+		if nd.name == name {
+			return nd
+		}
+	}
+	return nil
+}
+
+func (c *cluster) byRole(role string) []*node {
+	var out []*node
+	for _, nd := range c.nodes {
+		if nd.role == role {
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
+// live is every node not torn down.
+func (c *cluster) live() []*node {
+	var out []*node
+	for _, nd := range c.nodes {
+		if !nd.isGone() {
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
+// holders names the live nodes carrying addr.
+func (c *cluster) holders(addr netip.Addr) []string {
+	var out []string
+	for _, nd := range c.nodes {
+		if nd.holds(addr) {
+			out = append(out, nd.name)
+		}
+	}
+	return out
+}
+
+// holderOf is the one node carrying addr, or nil.
+func (c *cluster) holderOf(addr netip.Addr) *node {
+	var h *node
+	for _, nd := range c.nodes {
+		if nd.holds(addr) {
+			if h != nil {
+				return nil
+			}
+			h = nd
+		}
+	}
+	return h
+}
+
+// build creates the namespaces: bootstrap, three masters, two workers, the
+// client, the DHCP clients' node and two upstream DNS servers.
+func (c *cluster) build() error {
+	lab, err := netlab.New(c.ctx, netlab.Options{Nodes: 10, Name: "soak"})
+	if err != nil {
+		return fmt.Errorf("soak: %w", err)
+	}
+	c.lab = lab
+	names := []struct{ name, role string }{{"bootstrap", roleBootstrap}, {"master-0", roleMaster}, {"master-1", roleMaster},
+		{"master-2", roleMaster}, {"worker-0", roleWorker}, {"worker-1", roleWorker}}
+	for i, x := range names {
+		n := lab.Nodes[i]
+		h, err := n.Handle()
+		if err != nil {
+			return err
+		}
+		c.nodes = append(c.nodes, &node{name: x.name, role: x.role, n: n, h: h, procs: map[string]*netlab.Process{}})
+	}
+	c.client, c.dhcpNode = lab.Nodes[6], lab.Nodes[7]
+	for i, n := range lab.Nodes[8:10] {
+		u, err := startUpstream(n, fmt.Sprintf("upstream-%d", i))
+		if err != nil {
+			return err
+		}
+		c.ups = append(c.ups, u)
+	}
+	return nil
+}
+
+// close removes the lab, keeping the appliances' logs in dir first.
+func (c *cluster) close(logDir string) error {
+	for _, u := range c.ups {
+		u.close()
+	}
+	if logDir != "" && c.lab != nil {
+		_ = os.MkdirAll(logDir, 0o755)
+		for _, p := range c.lab.Processes() {
+			b := filepath.Base(p.LogPath())
+			if data, err := os.ReadFile(p.LogPath()); err == nil && len(data) > 0 {
+				_ = os.WriteFile(filepath.Join(logDir, b), data, 0o644)
+			}
+		}
+	}
+	for _, nd := range c.nodes {
+		if nd.h != nil {
+			nd.h.Close()
+		}
+	}
+	if c.lab == nil {
+		return nil
+	}
+	return c.lab.Close()
+}
+
+// config is the cluster's appliance.yaml. No interface is named, so the
+// appliance follows its node's address onto br-ex.
+func (c *cluster) config() string {
+	var b strings.Builder
+	var ups []string
+	for _, u := range c.ups {
+		ups = append(ups, u.addr.String())
+	}
+	fmt.Fprintf(&b, `cluster: {name: ocp4, baseDomain: example.com}
+network:
+  machineCIDR: %s
+  apiVIPs: [%s]
+  ingressVIPs: [%s]
+  upstreamDNS: [%s]
+nodes:
+`, c.nodes[0].n.IPv4.Masked(), apiVIP, ingressVIP, strings.Join(ups, ", "))
+	for _, nd := range c.nodes {
+		fmt.Fprintf(&b, "  - {name: %s, role: %s, mac: %s, ips: [%s]}\n", nd.name, nd.role, nd.n.MAC, nd.addr())
+	}
+	start, end := dhcpPool()
+	fmt.Fprintf(&b, "lb: {mcs: true}\ndns: {mdns: true}\ndhcp: {enabled: true, leaseTime: 10m, pool: {start: %s, end: %s}}\n", start, end)
+	return b.String()
+}
+
+// dhcpPool is the dynamic pool: .100 to .119.
+func dhcpPool() (netip.Addr, netip.Addr) {
+	return netip.MustParseAddr("192.168.126.100"), netip.MustParseAddr("192.168.126.119")
+}
+
+// start starts a process of the appliance binary in nd, tracked as key.
+func (c *cluster) start(nd *node, key string, args ...string) error {
+	full := append([]string{"--log-level", c.o.LogLevel, "--log-format", "text"}, args...)
+	p, err := nd.n.Start(c.ctx, c.o.Exe, full...)
+	if err != nil {
+		return fmt.Errorf("soak: %s %s: %w", nd.name, key, err)
+	}
+	nd.setProc(key, p)
+	return nil
+}
+
+// startRun starts the node's appliance as its static pod would run it.
+func (c *cluster) startRun(nd *node) error {
+	args := []string{"run", "--config", c.cfgPath, "--node", nd.name, "--admin-listen", adminListen,
+		"--dhcp-leases", filepath.Join(c.lab.Dir(), "dhcp-leases-"+nd.name+".json")}
+	if c.kube != nil {
+		args = append(args, "--kubeconfig", c.kube.viaVIP)
+	}
+	if err := c.start(nd, "run", args...); err != nil {
+		return err
+	}
+	nd.mu.Lock()
+	nd.restarted = time.Now()
+	nd.mu.Unlock()
+	return nil
+}
+
+func (c *cluster) failFile(nd *node) string {
+	return filepath.Join(c.lab.Dir(), "fail-readyz-"+nd.name)
+}
+
+// startAPIServer starts the stand-in apiserver of a control-plane node
+// (`appliance lab apiserver`), passing Kubernetes calls to the real API
+// when there is one.
+func (c *cluster) startAPIServer(nd *node) error {
+	args := []string{"lab", "apiserver", "--listen", ":6443", "--name", nd.name, "--fail-file", c.failFile(nd)}
+	if c.kube != nil {
+		args = append(args, "--upstream", c.kube.upstream)
+	}
+	return c.start(nd, "apiserver", args...)
+}
+
+func (c *cluster) startMCS(nd *node) error {
+	return c.start(nd, "mcs", "lab", "mcs", "--listen", ":22623", "--name", nd.name)
+}
+
+func (c *cluster) startRouter(nd *node) error {
+	return c.start(nd, "router", "lab", "router", "--name", nd.name)
+}
+
+// stop ends nd's process key: SIGTERM and the wait for it (grace, then
+// SIGKILL), or SIGKILL at once when kill is set.
+func (c *cluster) stop(nd *node, key string, kill bool, grace time.Duration) error {
+	p := nd.proc(key)
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.Done():
+		return nil
+	default:
+	}
+	if kill {
+		if err := p.Kill(); err != nil {
+			return err
+		}
+		<-p.Done()
+		return nil
+	}
+	if err := p.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-p.Done()
+		return fmt.Errorf("soak: %s %s did not exit %s after SIGTERM", nd.name, key, grace)
+	}
+	return nil
+}
+
+// startAll starts every node's stand-ins and appliance and waits until
+// each appliance answers /healthz.
+func (c *cluster) startAll() error {
+	for _, nd := range c.nodes {
+		if nd.controlPlane() {
+			if err := c.startAPIServer(nd); err != nil {
+				return err
+			}
+			if err := c.startMCS(nd); err != nil {
+				return err
+			}
+		} else if err := c.startRouter(nd); err != nil {
+			return err
+		}
+	}
+	for _, nd := range c.nodes {
+		if err := c.startRun(nd); err != nil {
+			return err
+		}
+	}
+	for _, nd := range c.nodes {
+		if err := c.waitHealthy(nd, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitHealthy waits until nd's appliance answers /healthz.
+func (c *cluster) waitHealthy(nd *node, within time.Duration) error {
+	p := nd.proc("run")
+	end := time.Now().Add(within)
+	for {
+		select {
+		case <-p.Done():
+			return fmt.Errorf("soak: appliance run on %s exited: %v\n%s", nd.name, p.Wait(), tail(p.Output(), 20))
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		default:
+		}
+		if code, _, err := adminGet(nd.n, "/healthz", time.Second); err == nil && code == 200 {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("soak: appliance run on %s does not answer /healthz after %s\n%s", nd.name, within, tail(p.Output(), 20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// tail is the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
