@@ -119,13 +119,13 @@ func TestVIPMasterLosingItsAddressHandsOver(t *testing.T) {
 	waitHolder(t, lab.Nodes, labVIP, 0, 5*time.Second, 500*time.Millisecond)
 }
 
-// With no interface pinned, the node's address moving onto a new bridge (the
-// NIC becomes its port, as OVN-Kubernetes does with br-ex) moves the VRRP
-// instance with it.
-func TestVIPFollowsTheAddressOntoABridge(t *testing.T) {
-	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipbrex"})
-	procs := map[string]*netlab.Process{}
-	dumpOnFailure(t, procs)
+// bridgeMoveLab runs two masters on eth0 with no interface pinned and
+// returns which node holds the VIP and each node's process.
+func bridgeMoveLab(t *testing.T, name string) (lab *netlab.Lab, holder int, procs []*netlab.Process) {
+	t.Helper()
+	lab = netlabtest.New(t, netlab.Options{Nodes: 2, Name: name})
+	byName := map[string]*netlab.Process{}
+	dumpOnFailure(t, byName)
 	conf := fmt.Sprintf(`cluster: {name: ocp4, baseDomain: example.com}
 network:
   machineCIDR: %s
@@ -137,16 +137,30 @@ vrrp: {advertInterval: 100ms}
 `, lab.Nodes[0].IPv4.Masked(), labVIP, lab.Nodes[0].IPv4.Addr(), lab.Nodes[1].IPv4.Addr())
 	cfgPath := writeFile(t, "appliance.yaml", conf)
 	for i, name := range []string{"master-0", "master-1"} {
-		procs[name] = startAppliance(t, lab.Nodes[i], "vip", "--config", cfgPath, "--node", name)
+		byName[name] = startAppliance(t, lab.Nodes[i], "vip", "--config", cfgPath, "--node", name)
+		procs = append(procs, byName[name])
 	}
-	holder := waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, 500*time.Millisecond)
+	return lab, waitOneHolder(t, lab.Nodes, labVIP, 10*time.Second, 500*time.Millisecond), procs
+}
+
+// moveOntoBridge moves n's address from eth0 onto a new br-ex with eth0 as
+// its port, as OVN-Kubernetes does.
+func moveOntoBridge(t *testing.T, n *netlab.Node) {
+	own := n.IPv4.String()
+	netlabtest.Run(t, n, "ip", "link", "add", "br-ex", "type", "bridge")
+	netlabtest.Run(t, n, "ip", "link", "set", "eth0", "master", "br-ex")
+	netlabtest.Run(t, n, "ip", "addr", "del", own, "dev", "eth0")
+	netlabtest.Run(t, n, "ip", "addr", "add", own, "dev", "br-ex")
+	netlabtest.Run(t, n, "ip", "link", "set", "br-ex", "up")
+}
+
+// With no interface pinned, the node's address moving onto a new bridge (the
+// NIC becomes its port, as OVN-Kubernetes does with br-ex) moves the VRRP
+// instance with it.
+func TestVIPFollowsTheAddressOntoABridge(t *testing.T) {
+	lab, holder, procs := bridgeMoveLab(t, "vipbrex")
 	n1 := lab.Nodes[holder]
-	own := n1.IPv4.String()
-	netlabtest.Run(t, n1, "ip", "link", "add", "br-ex", "type", "bridge")
-	netlabtest.Run(t, n1, "ip", "link", "set", "eth0", "master", "br-ex")
-	netlabtest.Run(t, n1, "ip", "addr", "del", own, "dev", "eth0")
-	netlabtest.Run(t, n1, "ip", "addr", "add", own, "dev", "br-ex")
-	netlabtest.Run(t, n1, "ip", "link", "set", "br-ex", "up")
+	moveOntoBridge(t, n1)
 	// The mover has no address for a moment: the other node takes over.
 	other := 1 - holder
 	took := watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "the other node holding the VIP", heldBy(other, "eth0"))
@@ -156,12 +170,38 @@ vrrp: {advertInterval: 100ms}
 	time.Sleep(time.Second)
 	watchHolders(t, lab.Nodes, labVIP, time.Second, "the VIP staying put", heldBy(other, "eth0"))
 	// ...and when the master leaves, the mover takes over on br-ex.
-	procs[[]string{"master-0", "master-1"}[other]].Signal(syscall.SIGTERM)
+	procs[other].Signal(syscall.SIGTERM)
 	took = pollHolders(t, lab.Nodes, labVIP, 3*time.Second, "the mover holding the VIP on br-ex", true, heldBy(holder, "br-ex"))
 	t.Logf("%s took over on br-ex %s after the master left", n1.Name, took.Round(time.Millisecond))
-	if out := procs[[]string{"master-0", "master-1"}[holder]].Output(); grepLines(out, "moving to another interface") == "" {
+	if out := procs[holder].Output(); grepLines(out, "moving to another interface") == "" {
 		t.Errorf("no move line in the mover's log:\n%s", out)
 	}
+}
+
+// The address moving back off the bridge (br-ex emptied, which takes its
+// carrier down, then deleted; the address back on eth0): the instance moves
+// back and is a candidate again. The fault soak found it staying in FAULT:
+// br-ex's carrier loss was kept as "eth0 is down", so when the master's
+// adverts stopped nobody took the VIP.
+func TestVIPFollowsTheAddressBackOffABridge(t *testing.T) {
+	lab, holder, _ := bridgeMoveLab(t, "vipbrback")
+	mover, other := lab.Nodes[holder], 1-holder
+	moveOntoBridge(t, mover)
+	watchHolders(t, lab.Nodes, labVIP, 3*time.Second, "the other node holding the VIP", heldBy(other, "eth0"))
+	time.Sleep(time.Second)
+	own := mover.IPv4.String()
+	netlabtest.Run(t, mover, "ip", "addr", "del", own, "dev", "br-ex")
+	netlabtest.Run(t, mover, "ip", "link", "set", "eth0", "nomaster")
+	netlabtest.Run(t, mover, "ip", "link", "del", "br-ex")
+	netlabtest.Run(t, mover, "ip", "addr", "add", own, "dev", "eth0")
+	time.Sleep(time.Second)
+	watchHolders(t, lab.Nodes, labVIP, time.Second, "the VIP staying put", heldBy(other, "eth0"))
+	// The master's link goes down (no priority-0 goodbye reaches the
+	// mover): the takeover must come from the mover's own Master_Down
+	// timer.
+	netlabtest.Run(t, lab.Nodes[other], "ip", "link", "set", "eth0", "down")
+	took := pollHolders(t, lab.Nodes, labVIP, 3*time.Second, "the mover holding the VIP on eth0 again", true, heldBy(holder, "eth0"))
+	t.Logf("%s took over on eth0 %s after the master's link went down", mover.Name, took.Round(time.Millisecond))
 }
 
 // An interface deleted and created again (a bridge or bond rebuilt by
