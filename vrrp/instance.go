@@ -438,6 +438,14 @@ func (r *runner) attach(name string) error {
 	if err != nil {
 		return fmt.Errorf("vrrp: instance %s: interface %q: %w", cfg.Name, name, err)
 	}
+	// The link's state is the new interface's from now on: the carrier an
+	// earlier interface lost (a bridge emptied before it was deleted) must
+	// not keep this one in FAULT, and no event comes for a link that
+	// does not change.
+	up, err := linkUp(ifi.Index)
+	if err != nil {
+		return fmt.Errorf("vrrp: instance %s: interface %q: link state: %w", cfg.Name, name, err)
+	}
 	vm, err := NewVIPManager(nil, name, cfg.Label)
 	if err != nil {
 		return err
@@ -473,6 +481,7 @@ func (r *runner) attach(name string) error {
 		return err
 	}
 	r.ifi, r.vipMgr, r.announce, r.conn, r.src = ifi, vm, an, c, src
+	r.linkDown = !up
 	if r.m != nil {
 		r.m.SetSelf(src)
 	}

@@ -140,7 +140,7 @@ func (r *runner) subscribe(ctx context.Context, links chan<- linkEvent, notify f
 			}
 			at := u.Attrs()
 			ev := linkEvent{index: at.Index, name: at.Name, deleted: u.Header.Type == unix.RTM_DELLINK,
-				up: at.OperState == netlink.OperUp || at.OperState == netlink.OperUnknown}
+				up: operUp(at.OperState)}
 			select {
 			case links <- ev:
 			case <-ctx.Done():
@@ -153,4 +153,19 @@ func (r *runner) subscribe(ctx context.Context, links chan<- linkEvent, notify f
 			notify()
 		}
 	}
+}
+
+// operUp says whether a link in operational state s passes adverts: up, or
+// unknown (interfaces that report no carrier, such as dummy ones).
+func operUp(s netlink.LinkOperState) bool {
+	return s == netlink.OperUp || s == netlink.OperUnknown
+}
+
+// linkUp reads whether the link with index passes adverts now.
+func linkUp(index int) (bool, error) {
+	l, err := netlink.LinkByIndex(index)
+	if err != nil {
+		return false, err
+	}
+	return operUp(l.Attrs().OperState), nil
 }
