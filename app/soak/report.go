@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -23,6 +24,11 @@ const (
 	// may last: the appliance's start, Master_Down, the LB's checks (4.5 s
 	// when every probe hangs), with room for a loaded machine.
 	recoveryBound = 15 * time.Second
+	// unplannedGapBound is how long a VIP may have no holder while a node
+	// that may hold it is hit by no fault: Master_Down (about 0.35 s at the
+	// lab's 100 ms adverts) with room for a loaded machine. A longer gap
+	// means that node did not take over when it should have.
+	unplannedGapBound = 3 * time.Second
 )
 
 // Slope bounds: a process's growth over the soak, per hour, above which it
@@ -395,9 +401,15 @@ func (s *soak) holderInvariants(runs []*faultRun, loadEnd time.Time) (single, pr
 						}
 					}
 				}
-				if d > plannedGap && s.attribute(runs, v.name+"-gap", "", h.At, end) == nil {
+				switch {
+				case d > plannedGap && s.attribute(runs, v.name+"-gap", "", h.At, end) == nil:
 					present.Violations = append(present.Violations, fmt.Sprintf("%s VIP had no holder for %s from %s, with no unplanned fault to explain it",
 						v.name, d.Round(time.Millisecond), s.at(h.At)))
+				case d > unplannedGapBound:
+					if idle := idleCandidate(s.candidates(v.name, runs, h.At), runs, h.At, end); idle != "" {
+						present.Violations = append(present.Violations, fmt.Sprintf("%s VIP had no holder for %s from %s, though %s, hit by no fault, could hold it",
+							v.name, d.Round(time.Millisecond), s.at(h.At), idle))
+					}
 				}
 			default:
 				single.Checks++
@@ -409,6 +421,48 @@ func (s *soak) holderInvariants(runs []*faultRun, loadEnd time.Time) (single, pr
 		}
 	}
 	return single, present
+}
+
+// candidates names the nodes that may hold VIP vip ("api" or "ingress")
+// at a time: the masters, and the bootstrap until its teardown; the
+// workers.
+func (s *soak) candidates(vip string, runs []*faultRun, at time.Time) []string {
+	var out []string
+	if vip == "ingress" {
+		for _, nd := range s.c.byRole(roleWorker) {
+			out = append(out, nd.name)
+		}
+		return out
+	}
+	tornDown := slices.ContainsFunc(runs, func(r *faultRun) bool {
+		return r.Kind == KindBootstrapTeardown && r.Skipped == "" && !r.Start.IsZero() && r.Start.Before(at)
+	})
+	for _, nd := range s.c.nodes {
+		if nd.role == roleMaster || nd.role == roleBootstrap && !tornDown {
+			out = append(out, nd.name)
+		}
+	}
+	return out
+}
+
+// idleCandidate names a node of cands that no fault touched between from
+// and to (a fault's window: its run and its recovery), "" when every one
+// was: while one such node lives, a VIP must not stay without a holder
+// longer than a Master_Down.
+func idleCandidate(cands []string, runs []*faultRun, from, to time.Time) string {
+	for _, c := range cands {
+		hit := slices.ContainsFunc(runs, func(r *faultRun) bool {
+			if r.Node != c || r.Skipped != "" || r.Start.IsZero() {
+				return false
+			}
+			a, b := window(r)
+			return !to.Before(a) && !from.After(b)
+		})
+		if !hit {
+			return c
+		}
+	}
+	return ""
 }
 
 // slopes fits a line to each process's samples after its warm-up.
