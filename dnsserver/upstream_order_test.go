@@ -288,6 +288,15 @@ func TestForwardedMetric(t *testing.T) {
 	cfg.Network.UpstreamDNS = []netip.AddrPort{up.addr}
 	s, addr := startServer(t, cfg, cluster.NewState(cfg), Options{CacheTTL: -1})
 	count := func(r string) float64 { return testutil.ToFloat64(s.metrics.forwarded[r]) }
+	// The forwarder writes the reply before the handler counts it: the
+	// client may read its answer a moment before the counter moves.
+	settled := func(answered, failed float64) (float64, float64) {
+		deadline := time.Now().Add(2 * time.Second)
+		for (count(forwardAnswered) != answered || count(forwardFailed) != failed) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return count(forwardAnswered), count(forwardFailed)
+	}
 	for _, r := range []string{forwardAnswered, forwardFailed, forwardRejected} {
 		if got := testutil.ToFloat64(s.metrics.forwardedVec.WithLabelValues(r)); got != 0 {
 			t.Errorf("forwarded{result=%s} = %v before any query", r, got)
@@ -300,7 +309,7 @@ func TestForwardedMetric(t *testing.T) {
 	}
 	// A cluster name never reaches the upstreams.
 	query(t, addr, "api.ocp4.example.com", dns.TypeA)
-	if a, f := count(forwardAnswered), count(forwardFailed); a != 3 || f != 0 {
+	if a, f := settled(3, 0); a != 3 || f != 0 {
 		t.Errorf("upstream up: answered %v, failed %v; want 3, 0", a, f)
 	}
 	up.stop()
@@ -309,7 +318,7 @@ func TestForwardedMetric(t *testing.T) {
 			t.Fatalf("the only upstream stopped: %s, want SERVFAIL", got)
 		}
 	}
-	if a, f := count(forwardAnswered), count(forwardFailed); a != 3 || f != 2 {
+	if a, f := settled(3, 2); a != 3 || f != 2 {
 		t.Errorf("upstream down: answered %v, failed %v; want 3, 2", a, f)
 	}
 	// Back up, so the forwarder's health check ends before the test does.
