@@ -135,6 +135,7 @@ func runHandbackTwoMoves(t *testing.T, name string, splitBrain bool) {
 	// dialAll opens one kept connection per family through n's LB.
 	dialAll := func(n *netlab.Node) []*keptConn {
 		var out []*keptConn
+		waitRedirected(t, n, vips...)
 		for i, v := range vips {
 			kc := dialKept(t, client, ca, v)
 			t.Cleanup(kc.close)

@@ -80,6 +80,7 @@ func TestNetnsHandbackAfterNftFlush(t *testing.T) {
 	set(st0, cluster.VIPStateMaster, netip.Addr{}, netip.Addr{})
 	set(st1, cluster.VIPStateBackup, n0.IPv4.Addr(), netip.Addr{})
 	waitFor(t, 10*time.Second, func() bool { return strings.Contains(handback(), "dup to "+n0.IPv4.Addr().String()) })
+	waitRedirected(t, n0, vip)
 
 	kc := dialKept(t, client, ca, vip)
 	defer kc.close()

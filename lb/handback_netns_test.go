@@ -129,6 +129,7 @@ func runHandback(t *testing.T, name string, handover bool) {
 	t.Logf("n1 while backup:\n%s%s", handbackTable(n1, "ip"), handbackTable(n1, "ip6"))
 
 	// One kept connection per family, through n0's LB.
+	waitRedirected(t, n0, vips...)
 	var kept []*keptConn
 	for _, v := range vips {
 		kc := dialKept(t, client, ca, v)
@@ -445,4 +446,26 @@ func TestNetnsRedirectToSelf(t *testing.T) {
 	if rep, err := r.Check("test"); err != nil || rep != nil {
 		t.Errorf("the table as installed reads back as changed: %+v, %v", rep, err)
 	}
+}
+
+// waitRedirected waits until n's LB redirects each of vips to itself: a
+// client dialling a VIP before that is refused.
+func waitRedirected(t testing.TB, n *netlab.Node, vips ...netip.Addr) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() bool {
+		out, err := n.Run(context.Background(), "nft", "list", "table", "inet", DefaultTable)
+		if err != nil {
+			return false
+		}
+		for _, v := range vips {
+			fam := "ip"
+			if v.Is6() {
+				fam = "ip6"
+			}
+			if !strings.Contains(out, fam+" daddr "+v.String()+" tcp dport ") {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -86,6 +86,7 @@ func TestNetnsPreemptedHolderEndsItsSessions(t *testing.T) {
 		out, err := n1.Run(context.Background(), "nft", "list", "table", "ip", HandbackTable)
 		return err == nil && strings.Contains(out, "dup to "+n0.IPv4.Addr().String())
 	})
+	waitRedirected(t, n0, vip)
 
 	kc := dialKept(t, client, ca, vip)
 	defer kc.close()
