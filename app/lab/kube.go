@@ -78,8 +78,20 @@ func (r *run) startKube() error {
 	r.names[n] = "kube-api"
 	state := filepath.Join(r.lab.Dir(), "kube")
 	t0 := time.Now()
-	out, err := n.Run(r.ctx, "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
-		"KUBEBUILDER_ASSETS="+r.o.Kube.Assets, filepath.Join(r.o.Kube.Tools, "start.sh"), state)
+	startSh := func() (string, error) {
+		return n.Run(r.ctx, "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
+			"KUBEBUILDER_ASSETS="+r.o.Kube.Assets, filepath.Join(r.o.Kube.Tools, "start.sh"), state)
+	}
+	out, err := startSh()
+	if err != nil && r.ctx.Err() == nil {
+		// Once more, in a folder of its own: on a busy machine start.sh can
+		// look at a child it launched a moment ago before the child has
+		// become kube-apiserver and take it for one that exited (the
+		// failure then comes with an empty log), or lose a port it picked
+		// to another program before binding it.
+		state = filepath.Join(r.lab.Dir(), "kube-again")
+		out, err = startSh()
+	}
 	r.kube = &kube{node: n, state: state}
 	if err != nil {
 		return fmt.Errorf("start.sh: %w", err)

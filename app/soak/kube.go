@@ -63,8 +63,18 @@ func (c *cluster) startKube() error {
 		return fmt.Errorf("soak: %w", err)
 	}
 	k := &kubeAPI{c: c, node: n, state: filepath.Join(c.lab.Dir(), "kube"), kubectl: filepath.Join(c.o.KubeAssets, "kubectl")}
-	out, err := n.Run(c.ctx, "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
-		"KUBEBUILDER_ASSETS="+c.o.KubeAssets, filepath.Join(c.o.KubeTools, "start.sh"), k.state)
+	startSh := func() (string, error) {
+		return n.Run(c.ctx, "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
+			"KUBEBUILDER_ASSETS="+c.o.KubeAssets, filepath.Join(c.o.KubeTools, "start.sh"), k.state)
+	}
+	out, err := startSh()
+	if err != nil && c.ctx.Err() == nil {
+		// Once more, in a folder of its own: start.sh can take a child it
+		// launched a moment ago, not yet kube-apiserver, for one that
+		// exited, or lose a port it picked before binding it.
+		k.state = filepath.Join(c.lab.Dir(), "kube-again")
+		out, err = startSh()
+	}
 	if err != nil {
 		return fmt.Errorf("start.sh: %w", err)
 	}
