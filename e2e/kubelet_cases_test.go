@@ -964,8 +964,11 @@ func (c *kubeletCluster) testResources(t *testing.T) {
 	if m := req.Memory().Value(); m > 8*loaded.use[0].WorkingSet {
 		t.Errorf("memory request %s is over 8 times the working set under load (%.1f MiB)", req.Memory(), mib(loaded.use[0].WorkingSet))
 	}
-	if cpu, idleCPU := req.Cpu().MilliValue(), milli(idle.use[0].CgroupCPU, idle.el); float64(cpu) < idleCPU {
-		t.Errorf("CPU request %dm is below the idle use %.1fm", cpu, idleCPU)
+	// Idle CPU is 20m on a quiet machine; on one whose load average is
+	// several times its cores it was measured at 110m. The bound catches
+	// an appliance that busy-loops, not a shared machine's noise.
+	if cpu, idleCPU := req.Cpu().MilliValue(), milli(idle.use[0].CgroupCPU, idle.el); 2*float64(cpu) < idleCPU {
+		t.Errorf("the idle use %.1fm is over twice the CPU request %dm", idleCPU, cpu)
 	}
 }
 
