@@ -293,9 +293,9 @@ func (l *loop) closeAll() {
 }
 
 // closeBornBefore ends the loop's sessions of clients of family fam
-// (FamilyAny: all) accepted before t, and says how many. Walking down, a
+// (FamilyAny: all) accepted before t, and logs how many. Walking down, a
 // close moves only an already walked session into the freed slot.
-func (l *loop) closeBornBefore(fam Family, t time.Time) int {
+func (l *loop) closeBornBefore(fam Family, t time.Time) {
 	cut := int64(t.Sub(l.base))
 	n := 0
 	for i := len(l.live) - 1; i >= 0; i-- {
@@ -304,7 +304,9 @@ func (l *loop) closeBornBefore(fam Family, t time.Time) int {
 			n++
 		}
 	}
-	return n
+	if n > 0 {
+		l.x.pool.log.Info("ended sessions accepted before the VIP moved away", "sessions", n, "family", fam)
+	}
 }
 
 func (l *loop) accept() {

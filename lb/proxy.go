@@ -154,9 +154,9 @@ func (x *proxy) stopAccepting() { x.postAll((*loop).stopAccepting) }
 func (x *proxy) closeAll() { x.postAll((*loop).closeAll) }
 
 // closeBornBefore ends the sessions of clients of family fam (FamilyAny:
-// all) accepted before t; closed counts them as the loops get to it.
-func (x *proxy) closeBornBefore(fam Family, t time.Time, closed *atomic.Int64) {
-	x.postAll(func(l *loop) { closed.Add(int64(l.closeBornBefore(fam, t))) })
+// all) accepted before t, as each loop gets to it.
+func (x *proxy) closeBornBefore(fam Family, t time.Time) {
+	x.postAll(func(l *loop) { l.closeBornBefore(fam, t) })
 }
 
 // postAll runs f on every loop, each on its own goroutine.

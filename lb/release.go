@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"appliance/internal/cluster"
@@ -80,9 +79,8 @@ func (l *LB) followRelease(ctx context.Context) error {
 		for _, v := range due {
 			at := lost[v]
 			delete(lost, v)
-			var closed atomic.Int64
 			for _, x := range l.proxies {
-				x.closeBornBefore(l.vipFamily(v), at, &closed)
+				x.closeBornBefore(l.vipFamily(v), at)
 			}
 			l.log.Info("VIP held elsewhere for the drain timeout: ending the sessions it brought before the handback ends",
 				"vip", v, "lost", at.Format(time.RFC3339Nano), "drain", l.opts.DrainTimeout)
