@@ -292,7 +292,9 @@ func vipStatus(kind cluster.VIPKind, vrid uint8, s vrrp.Status) cluster.VIPStatu
 	v := cluster.VIPStatus{Name: s.Name, VRID: vrid, Kind: kind, LocalState: local, Master: s.Master,
 		Predecessor: s.Predecessor, Priority: s.Priority, Since: s.Since, Collision: s.Collision}
 	for _, h := range s.Holders {
-		v.Holders = append(v.Holders, cluster.VIPHolder{Addr: h.Addr, Last: h.Last, Alive: h.Alive})
+		// A conversion: a field added to one type and not the other
+		// does not compile.
+		v.Holders = append(v.Holders, cluster.VIPHolder(h))
 	}
 	if len(s.VIPs) > 0 {
 		v.VIP = s.VIPs[0].Addr()

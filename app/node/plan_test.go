@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"appliance/internal/cluster"
 	"appliance/vrrp"
@@ -151,6 +153,24 @@ func TestVIPStateMapping(t *testing.T) {
 	}
 	if st := vipStatus(cluster.VIPAPI, 51, vrrp.Status{Name: "api-v4", State: "STOPPED"}); st.LocalState != "" {
 		t.Errorf("an unknown state text gives LocalState %q, want none", st.LocalState)
+	}
+}
+
+// TestVIPStatusCarriesTheHolders: what lb's handback reads of an
+// instance (the master followed, the predecessor, every recent holder)
+// reaches the cluster view as the instance reported it.
+func TestVIPStatusCarriesTheHolders(t *testing.T) {
+	b, c, d := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11"), netip.MustParseAddr("192.0.2.12")
+	at := time.Unix(1000, 0)
+	s := vrrp.Status{Name: "api-v4", State: "MASTER", Master: c, Predecessor: b, Since: at,
+		VIPs:    []netip.Prefix{netip.MustParsePrefix("192.168.126.5/32")},
+		Holders: []vrrp.Holder{{Addr: d, Last: at.Add(-3 * time.Second)}, {Addr: b, Last: at, Alive: true}}}
+	got := vipStatus(cluster.VIPAPI, 51, s)
+	want := cluster.VIPStatus{Name: "api-v4", VIP: netip.MustParseAddr("192.168.126.5"), VRID: 51, Kind: cluster.VIPAPI,
+		LocalState: cluster.VIPStateMaster, Master: c, Predecessor: b, Since: at,
+		Holders: []cluster.VIPHolder{{Addr: d, Last: at.Add(-3 * time.Second)}, {Addr: b, Last: at, Alive: true}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("vipStatus:\n%+v\nwant\n%+v", got, want)
 	}
 }
 
