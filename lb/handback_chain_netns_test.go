@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 	"appliance/internal/netlab/netlabtest"
@@ -66,39 +64,7 @@ func runHandbackTwoMoves(t *testing.T, name string, splitBrain bool) {
 	}
 	states := map[*netlab.Node]*cluster.State{}
 	for _, n := range lbs {
-		listen, dial := inNode(n)
-		o := DefaultOptions()
-		o.MCS.Disabled = true
-		o.NetNS = "/run/netns/" + n.NS
-		o.Listen, o.Dial = listen, dial
-		o.Health = HealthOptions{Interval: 100 * time.Millisecond, FastInterval: 30 * time.Millisecond, Timeout: 500 * time.Millisecond, Fall: 2, Rise: 1}
-		o.DrainTimeout = 5 * time.Second
-		o.Self = func(v6 bool) (netip.Addr, bool) {
-			if v6 {
-				return n.IPv6.Addr(), true
-			}
-			return n.IPv4.Addr(), true
-		}
-		st := cluster.NewState(cfg)
-		l, err := New(cfg, st, o, NewMetrics(prometheus.NewRegistry()), testLogger(t).With("node", n.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- l.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Error(err)
-				}
-			case <-time.After(15 * time.Second):
-				t.Error("LB did not stop")
-			}
-		})
-		states[n] = st
+		states[n], _ = startNodeLB(t, n, cfg, 5*time.Second, true)
 	}
 	// holder is a router heard holding the VIPs at, alive or not.
 	type holder struct {

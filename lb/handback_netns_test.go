@@ -60,44 +60,6 @@ func runHandback(t *testing.T, name string, handover bool) {
 	for _, n := range []*netlab.Node{n0, n1} {
 		speakers[n] = []netip.Addr{n.IPv4.Addr(), linkLocal(t, n)}
 	}
-	start := func(n *netlab.Node) (*cluster.State, context.CancelFunc, chan error) {
-		listen, dial := inNode(n)
-		o := DefaultOptions()
-		o.MCS.Disabled = true
-		o.NetNS = "/run/netns/" + n.NS
-		o.Listen, o.Dial = listen, dial
-		o.Health = HealthOptions{Interval: 100 * time.Millisecond, FastInterval: 30 * time.Millisecond, Timeout: 500 * time.Millisecond, Fall: 2, Rise: 1}
-		o.DrainTimeout = 3 * time.Second
-		o.Self = func(v6 bool) (netip.Addr, bool) {
-			if v6 {
-				return n.IPv6.Addr(), true
-			}
-			return n.IPv4.Addr(), true
-		}
-		st := cluster.NewState(cfg)
-		l, err := New(cfg, st, o, NewMetrics(prometheus.NewRegistry()), testLogger(t).With("node", n.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- l.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Error(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Error("LB did not stop")
-			}
-			if out, err := n.Run(context.Background(), "nft", "list", "tables"); err != nil || strings.Contains(out, HandbackTable) {
-				t.Errorf("%s: handback table left after exit (err %v):\n%s", n.Name, err, out)
-			}
-		})
-		return st, cancel, done
-	}
 	setVIPs := func(st *cluster.State, state cluster.VIPState, master, pred func(i int) netip.Addr) {
 		for i, v := range vips {
 			st.SetVIP(cluster.VIPStatus{Name: fmt.Sprintf("api-%d", i), VIP: v, Kind: cluster.VIPAPI, LocalState: state,
@@ -108,8 +70,8 @@ func runHandback(t *testing.T, name string, handover bool) {
 	from := func(n *netlab.Node) func(int) netip.Addr { return func(i int) netip.Addr { return speakers[n][i] } }
 
 	addVIPs(t, n0, vips, true)
-	st0, stop0, _ := start(n0)
-	st1, _, _ := start(n1)
+	st0, stop0 := startNodeLB(t, n0, cfg, 3*time.Second, true)
+	st1, _ := startNodeLB(t, n1, cfg, 3*time.Second, true)
 	setVIPs(st0, cluster.VIPStateMaster, none, none)
 	setVIPs(st1, cluster.VIPStateBackup, from(n0), none)
 	handbackTable := func(n *netlab.Node, fam string) string {
@@ -308,6 +270,57 @@ func TestNetnsHandbackTables(t *testing.T) {
 	if list("ip") != "" || list("ip6") != "" {
 		t.Error("tables left after applying none")
 	}
+}
+
+// startNodeLB runs, in n's namespace, an LB for cfg's API VIPs (the MCS
+// pool off, quick checks) and returns the State the test publishes n's VIP
+// states on and what stops the LB. drain is its DrainTimeout (0: the
+// default); self sends the VIPs' traffic to n's own addresses
+// (Options.Self), which the IPv6 handback needs. The LB stops when the
+// test ends, which fails if its Run returned an error, did not return
+// within DrainTimeout and 10 s, or left a handback table behind.
+func startNodeLB(t *testing.T, n *netlab.Node, cfg *cluster.Config, drain time.Duration, self bool) (*cluster.State, context.CancelFunc) {
+	t.Helper()
+	listen, dial := inNode(n)
+	o := DefaultOptions()
+	o.MCS.Disabled = true
+	o.NetNS = "/run/netns/" + n.NS
+	o.Listen, o.Dial = listen, dial
+	o.Health = HealthOptions{Interval: 100 * time.Millisecond, FastInterval: 30 * time.Millisecond, Timeout: 500 * time.Millisecond, Fall: 2, Rise: 1}
+	if drain > 0 {
+		o.DrainTimeout = drain
+	}
+	if self {
+		o.Self = func(v6 bool) (netip.Addr, bool) {
+			if v6 {
+				return n.IPv6.Addr(), true
+			}
+			return n.IPv4.Addr(), true
+		}
+	}
+	st := cluster.NewState(cfg)
+	l, err := New(cfg, st, o, NewMetrics(prometheus.NewRegistry()), testLogger(t).With("node", n.Name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(o.DrainTimeout + 10*time.Second):
+			t.Errorf("%s: LB did not stop", n.Name)
+		}
+		if out, err := n.Run(context.Background(), "nft", "list", "tables"); err != nil || strings.Contains(out, HandbackTable) {
+			t.Errorf("%s: handback table left after exit (err %v):\n%s", n.Name, err, out)
+		}
+	})
+	return st, cancel
 }
 
 // addVIPs adds (or removes) the VIPs on n's interface.

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"appliance/internal/cluster"
 	"appliance/internal/netlab"
 	"appliance/internal/netlab/netlabtest"
@@ -43,39 +41,9 @@ func newPreemptLab(t *testing.T, name string, drain time.Duration) *preemptLab {
 		Network: cluster.Network{APIVIPs: []netip.Addr{p.vip}},
 		Nodes:   []cluster.Node{{Name: master.name, Role: cluster.RoleMaster, IPs: []netip.Addr{m.IPv4.Addr()}}},
 	}
-	start := func(n *netlab.Node) *cluster.State {
-		listen, dial := inNode(n)
-		o := DefaultOptions()
-		o.MCS.Disabled = true
-		o.NetNS = "/run/netns/" + n.NS
-		o.Listen, o.Dial = listen, dial
-		o.Health = HealthOptions{Interval: 100 * time.Millisecond, FastInterval: 30 * time.Millisecond, Timeout: 500 * time.Millisecond, Fall: 2, Rise: 1}
-		if drain > 0 {
-			o.DrainTimeout = drain
-		}
-		st := cluster.NewState(cfg)
-		l, err := New(cfg, st, o, NewMetrics(prometheus.NewRegistry()), testLogger(t).With("node", n.Name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- l.Run(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Error(err)
-				}
-			case <-time.After(o.DrainTimeout + 10*time.Second):
-				t.Error("LB did not stop")
-			}
-		})
-		return st
-	}
 	addVIPs(t, p.n0, []netip.Addr{p.vip}, true)
-	p.st0, p.st1 = start(p.n0), start(p.n1)
+	p.st0, _ = startNodeLB(t, p.n0, cfg, drain, false)
+	p.st1, _ = startNodeLB(t, p.n1, cfg, drain, false)
 	p.set(p.st0, cluster.VIPStateMaster, netip.Addr{}, netip.Addr{})
 	p.set(p.st1, cluster.VIPStateBackup, p.n0.IPv4.Addr(), netip.Addr{})
 	waitFor(t, 10*time.Second, func() bool { return strings.Contains(p.handback(), "dup to "+p.n0.IPv4.Addr().String()) })
