@@ -134,6 +134,40 @@ func TestTouchesTable(t *testing.T) {
 	}
 }
 
+// TestTouchesHandback: the changes that make the LB write its handback
+// tables again at once (someone else's nft flush ruleset, a rule or chain
+// of theirs deleted) are those to the ip and ip6 tables of that name.
+func TestTouchesHandback(t *testing.T) {
+	ip := &nftables.Table{Name: HandbackTable, Family: nftables.TableFamilyIPv4}
+	ip6 := &nftables.Table{Name: HandbackTable, Family: nftables.TableFamilyIPv6}
+	inet := &nftables.Table{Name: HandbackTable, Family: nftables.TableFamilyINet}
+	redirect := &nftables.Table{Name: DefaultTable, Family: nftables.TableFamilyINet}
+	ev := func(typ nftables.MonitorEventType, data any) *nftables.MonitorEvent {
+		return &nftables.MonitorEvent{Type: typ, Data: data}
+	}
+	for _, tt := range []struct {
+		name    string
+		changes []*nftables.MonitorEvent
+		want    bool
+	}{
+		{"nothing", nil, false},
+		{"the ip table deleted", []*nftables.MonitorEvent{ev(nftables.MonitorEventTypeDelTable, ip)}, true},
+		{"the ip6 chain deleted", []*nftables.MonitorEvent{ev(nftables.MonitorEventTypeDelChain, &nftables.Chain{Name: chainPrerouting, Table: ip6})}, true},
+		{"a rule deleted", []*nftables.MonitorEvent{ev(nftables.MonitorEventTypeDelRule, &nftables.Rule{Table: ip})}, true},
+		{"flush ruleset: the redirect first, then the handback", []*nftables.MonitorEvent{
+			ev(nftables.MonitorEventTypeDelTable, redirect),
+			ev(nftables.MonitorEventTypeDelTable, ip),
+		}, true},
+		{"the redirect table alone", []*nftables.MonitorEvent{ev(nftables.MonitorEventTypeDelTable, redirect)}, false},
+		{"same name, inet", []*nftables.MonitorEvent{ev(nftables.MonitorEventTypeDelTable, inet)}, false},
+		{"undecodable change", []*nftables.MonitorEvent{{Type: nftables.MonitorEventTypeDelRule, Error: errTest}}, true},
+	} {
+		if got := touchesHandback(tt.changes); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 var errTest = testError("undecodable")
 
 type testError string
