@@ -226,4 +226,4 @@ func peerOf(n *netlab.Node, i int) string {
 	return "master " + netip.AddrPortFrom(n.Addrs()[i], 0).String()[:len(netip.AddrPortFrom(n.Addrs()[i], 0).String())-1]
 }
 
-var counterRE = regexp.MustCompile(`counter packets (\d+)`)
+var counterRE = regexp.MustCompile(`counter packets (\d+) bytes \d+`)
