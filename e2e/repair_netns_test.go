@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -202,6 +203,25 @@ func TestVIPFollowsTheAddressBackOffABridge(t *testing.T) {
 	netlabtest.Run(t, lab.Nodes[other], "ip", "link", "set", "eth0", "down")
 	took := pollHolders(t, lab.Nodes, labVIP, 3*time.Second, "the mover holding the VIP on eth0 again", true, heldBy(holder, "eth0"))
 	t.Logf("%s took over on eth0 %s after the master's link went down", mover.Name, took.Round(time.Millisecond))
+}
+
+// A node whose link is down when its instance starts is in FAULT from the
+// start: no link event comes for a link that does not change, so the
+// instance reads the state when it opens the interface. Taken for up, it
+// would hear no adverts and take the VIP on a link nobody reaches while
+// the other node holds it too. Once the link is up it rejoins and, with
+// the higher priority, preempts.
+func TestVIPStartsInFaultOnADownLink(t *testing.T) {
+	lab := netlabtest.New(t, netlab.Options{Nodes: 2, Name: "vipdown"})
+	netlabtest.Run(t, lab.Nodes[0], "ip", "link", "set", "eth0", "down")
+	startCluster(t, lab, []int{100, 90})
+	waitHolder(t, lab.Nodes, labVIP, 1, 10*time.Second, 2*time.Second)
+	if vs := vipsOf(t, lab.Nodes[0]); len(vs) != 1 || vs[0].State != "FAULT" || !strings.Contains(vs[0].Fault, "eth0 is down") {
+		t.Fatalf("n0 started on a down eth0: %+v; want FAULT, eth0 down", vs)
+	}
+	netlabtest.Run(t, lab.Nodes[0], "ip", "link", "set", "eth0", "up")
+	pollHolders(t, lab.Nodes, labVIP, 5*time.Second, "n0 holding the VIP once its link is up", true, heldBy(0, "eth0"))
+	waitHolder(t, lab.Nodes, labVIP, 0, 5*time.Second, 500*time.Millisecond)
 }
 
 // An interface deleted and created again (a bridge or bond rebuilt by
