@@ -10,12 +10,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"appliance/bootstrap/monitoring"
 	"appliance/internal/cluster"
 )
 
 // Namespace is where the static pods' mirror pods appear (the kubelet
-// creates them once it exists) and where cluster monitoring finds them.
-const Namespace = "openshift-appliance"
+// creates them once it exists) and where cluster monitoring finds them; the
+// alerts' PrometheusRule is there too, read because the namespace carries
+// ClusterMonitoringLabel.
+const Namespace = monitoring.Namespace
 
 // NamespaceFile and MonitoringFile are where `appliance manifests` writes
 // the Namespace and what cluster monitoring needs (Service, ServiceMonitor,
@@ -29,8 +32,9 @@ const (
 // must stay internal/scrape's, which the endpoint's refusal names.
 const (
 	// MetricsServiceName is the Service selecting the mirror pods, and the
-	// ServiceMonitor reading it (its job label in Prometheus).
-	MetricsServiceName = "appliance"
+	// ServiceMonitor reading it: the job label prometheus-operator gives
+	// its targets, which the alerts read as up{job="appliance"}.
+	MetricsServiceName = monitoring.Job
 	// MetricsPortName is the Service port the ServiceMonitor scrapes, and
 	// the container port of the static pod.
 	MetricsPortName = "metrics"

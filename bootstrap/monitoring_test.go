@@ -13,12 +13,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"appliance/bootstrap/monitoringtest"
+	"appliance/internal/kubecrds"
 	"appliance/internal/scrape"
 	"appliance/platform/kubevirt/kubevirttest"
 )
@@ -96,7 +95,11 @@ func TestMonitoringRealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	installServiceMonitorCRD(t, client)
+	// prometheus-operator's own ServiceMonitor CRD, as cluster monitoring
+	// installs it.
+	if _, err := s.Script(nil, "kubevirt-crds/install.sh", s.Kubeconfig, kubecrds.Monitoring(t, kubecrds.ServiceMonitors)); err != nil {
+		t.Fatal(err)
+	}
 
 	canI := func(as []string, args ...string) bool {
 		t.Helper()
@@ -247,45 +250,4 @@ func createStrict(client kubernetes.Interface, doc []byte) ([]byte, error) {
 	defer cancel()
 	return client.Discovery().RESTClient().Post().AbsPath(path, plural).Param("fieldValidation", "Strict").
 		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
-}
-
-// installServiceMonitorCRD creates prometheus-operator's own ServiceMonitor
-// CRD and waits until it is served.
-func installServiceMonitorCRD(t *testing.T, client kubernetes.Interface) {
-	t.Helper()
-	crd, err := os.ReadFile(monitoringtest.ServiceMonitorCRD(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := yaml.YAMLToJSON(crd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	const crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-	if raw, err := client.Discovery().RESTClient().Post().AbsPath(crds).SetHeader("Content-Type", "application/json").
-		Body(body).Do(ctx).Raw(); err != nil {
-		t.Fatalf("creating the ServiceMonitor CRD: %v\n%s", err, raw)
-	}
-	for {
-		raw, err := client.Discovery().RESTClient().Get().AbsPath(crds, monitoringtest.CRDName).Do(ctx).Raw()
-		var st struct {
-			Status struct {
-				Conditions []metav1.Condition `json:"conditions"`
-			} `json:"status"`
-		}
-		if err == nil && json.Unmarshal(raw, &st) == nil {
-			for _, c := range st.Status.Conditions {
-				if c.Type == "Established" && c.Status == metav1.ConditionTrue {
-					return
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("the ServiceMonitor CRD is not Established: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }

@@ -177,7 +177,7 @@ func TestDeployedNodes(t *testing.T) {
 			code, body, err = scrapeFrom(worker0, addr, signer.pool, promToken)
 			return err == nil && code == http.StatusOK, fmt.Sprintf("%d %v %.300s", code, err, body)
 		})
-		for _, m := range []string{"appliance_vrrp_state{", "appliance_lb_pool_healthy_backends{", `appliance_scrape_requests_total{result="allowed"}`} {
+		for _, m := range []string{"appliance_vrrp_state{", "appliance_lb_pool_healthy_backends{", `appliance_scrape_requests_total{node="master-0",result="allowed"}`} {
 			if !strings.Contains(body, m) {
 				t.Errorf("master-0's scrape lacks %s", m)
 			}

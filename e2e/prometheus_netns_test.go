@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -53,8 +54,9 @@ scrape_configs:
 // (ApplianceVIPRepairsRecurring), another master's appliance killed
 // (ApplianceDown), and the third master's load balancer cut off from every
 // backend by a reject rule of its own (ApplianceLBNoHealthyBackend). No
-// other alert fires, and every metric the rules and the dashboard read is
-// in Prometheus as scraped from the binary.
+// other alert fires, every metric the rules and the dashboard read is in
+// Prometheus as scraped from the binary, and every query of the dashboard
+// runs there.
 func TestPrometheusAlerts(t *testing.T) {
 	netlabtest.RequireRoot(t)
 	promBin, err := exec.LookPath("prometheus")
@@ -156,6 +158,21 @@ dhcp:
 		return err == nil && len(alerts) == 0, fmt.Sprint(alerts, err)
 	})
 	settled := time.Now()
+
+	// Every query of the console's dashboard runs on Prometheus without
+	// an error (a many-to-many match, say, shows only at evaluation), and
+	// each that is no filter (> 0, == 0) shows the healthy cluster.
+	queries, err := monitoring.DashboardQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	filter := regexp.MustCompile(`(>|==)\s*\d+\s*$`)
+	for _, q := range queries {
+		waitFor(t, fmt.Sprintf("the dashboard's %q query: %s", q.Panel, q.Expr), 10*time.Second, func() (bool, string) {
+			v, err := api.query(q.Expr)
+			return err == nil && (len(v) > 0 || filter.MatchString(q.Expr)), fmt.Sprint(v, err)
+		})
+	}
 
 	holder := -1
 	waitFor(t, "one master holding the API VIP", 10*time.Second, func() (bool, string) {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"appliance/bootstrap"
-	"appliance/bootstrap/monitoringtest"
+	"appliance/internal/kubecrds"
 	"appliance/internal/netlab"
 )
 
@@ -86,8 +86,8 @@ const kubeletServingFile = "/var/lib/kubelet/pki/kubelet-server-current.pem"
 // Prometheus service account.
 func applyMonitoring(t *testing.T, kube *kubeAPI, assets string) string {
 	t.Helper()
-	kube.kubectl(t, "create", "-f", monitoringtest.ServiceMonitorCRD(t))
-	kube.kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+monitoringtest.CRDName)
+	kube.kubectl(t, "create", "-f", filepath.Join(kubecrds.Monitoring(t, kubecrds.ServiceMonitors), kubecrds.ServiceMonitors))
+	kube.kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "crd/"+kubecrds.ServiceMonitorCRD)
 	for _, f := range []string{bootstrap.NamespaceFile, bootstrap.MonitoringFile} {
 		kube.kubectl(t, "apply", "--validate=strict", "-f", filepath.Join(assets, f))
 	}

@@ -154,7 +154,7 @@ func New(opts Options, log *slog.Logger) (*Node, error) {
 		n.scrape, err = scrape.New(scrape.Options{
 			Port: cfg.Admin.MetricsPort, Addrs: view.Addrs(), CertFile: opts.MetricsCert,
 			Metrics:    promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{}),
-			Kubeconfig: opts.Kubeconfig, LocalServer: ko.LocalServer, Registerer: n.reg,
+			Kubeconfig: opts.Kubeconfig, LocalServer: ko.LocalServer, Registerer: mreg,
 		}, log)
 		if err != nil {
 			return nil, fmt.Errorf("run: %w", err)

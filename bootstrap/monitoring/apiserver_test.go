@@ -2,7 +2,6 @@ package monitoring
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,11 +31,7 @@ func TestMonitoringManifestsAccepted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "crds")
-	if err := kubecrds.WriteMonitoring(dir, kubecrds.PrometheusRules); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Script(nil, "kubevirt-crds/install.sh", s.Kubeconfig, dir); err != nil {
+	if _, err := s.Script(nil, "kubevirt-crds/install.sh", s.Kubeconfig, kubecrds.Monitoring(t, kubecrds.PrometheusRules)); err != nil {
 		t.Fatal(err)
 	}
 	kc, err := kubernetes.NewForConfig(s.Config)

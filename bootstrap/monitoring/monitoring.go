@@ -2,6 +2,7 @@ package monitoring
 
 import (
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -49,6 +50,50 @@ const (
 	// up{job="appliance"}.
 	Job = "appliance"
 )
+
+// Query is one query of the dashboard: its panel's title, its PromQL and
+// its legend.
+type Query struct {
+	Panel, Expr, Legend string
+}
+
+// DashboardQueries lists every query of DashboardJSON, in the panels'
+// order, those inside a collapsed row included: what promtool checks and
+// what the e2e test asks a real Prometheus.
+func DashboardQueries() ([]Query, error) {
+	type panel struct {
+		Title   string `json:"title"`
+		Targets []struct {
+			Expr         string `json:"expr"`
+			LegendFormat string `json:"legendFormat"`
+		} `json:"targets"`
+		Panels []json.RawMessage `json:"panels"` // a collapsed row's
+	}
+	var dash struct {
+		Panels []json.RawMessage `json:"panels"`
+	}
+	if err := json.Unmarshal(DashboardJSON, &dash); err != nil {
+		return nil, fmt.Errorf("monitoring: dashboard.json: %w", err)
+	}
+	var out []Query
+	var walk func([]json.RawMessage) error
+	walk = func(raws []json.RawMessage) error {
+		for _, raw := range raws {
+			var p panel
+			if err := json.Unmarshal(raw, &p); err != nil {
+				return fmt.Errorf("monitoring: dashboard.json: %w", err)
+			}
+			for _, tg := range p.Targets {
+				out = append(out, Query{Panel: p.Title, Expr: tg.Expr, Legend: tg.LegendFormat})
+			}
+			if err := walk(p.Panels); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return out, walk(dash.Panels)
+}
 
 // Options change what the manifests say.
 type Options struct {

@@ -78,29 +78,18 @@ func TestPromtoolCheckRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(DashboardJSON, &dash); err != nil {
+	queries, err := DashboardQueries()
+	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	b.WriteString("groups:\n- name: dashboard\n  rules:\n")
-	n := 0
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			q, _ := json.Marshal(tg.Expr)
-			fmt.Fprintf(&b, "  - record: dashboard:panel_%d\n    expr: %s\n", n, q)
-			n++
-		}
+	for n, dq := range queries {
+		q, _ := json.Marshal(dq.Expr)
+		fmt.Fprintf(&b, "  - record: dashboard:panel_%d\n    expr: %s\n", n, q)
 	}
-	if n < 15 {
-		t.Errorf("the dashboard has %d queries", n)
+	if len(queries) < 15 {
+		t.Errorf("the dashboard has %d queries", len(queries))
 	}
 	for name, data := range map[string][]byte{
 		"rules.yaml":  Rules(Options{RunbookBase: "https://docs.example.com/appliance/README.md"}),
@@ -237,19 +226,13 @@ func usedInFiles(t *testing.T) (exprs, templates, legends []string) {
 			}
 		}
 	}
-	var dash struct {
-		Panels []struct {
-			Targets []struct{ Expr, LegendFormat string } `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(DashboardJSON, &dash); err != nil {
+	queries, err := DashboardQueries()
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			exprs = append(exprs, tg.Expr)
-			legends = append(legends, tg.LegendFormat)
-		}
+	for _, q := range queries {
+		exprs = append(exprs, q.Expr)
+		legends = append(legends, q.Legend)
 	}
 	return exprs, templates, legends
 }
@@ -415,5 +398,24 @@ func TestPrometheusRule(t *testing.T) {
 	// kubectl apply keeps the object in an annotation of at most 256 KiB.
 	if len(files[1].Data) > 200<<10 || len(files[0].Data) > 200<<10 {
 		t.Errorf("manifests of %d and %d bytes", len(files[0].Data), len(files[1].Data))
+	}
+}
+
+// TestDashboardQueriesInRows: the queries of panels inside a collapsed row
+// are listed too, so the checks above see every query the console runs.
+func TestDashboardQueriesInRows(t *testing.T) {
+	shipped := DashboardJSON
+	t.Cleanup(func() { DashboardJSON = shipped })
+	DashboardJSON = []byte(`{"panels": [
+		{"type": "graph", "title": "a", "targets": [{"expr": "up", "legendFormat": "{{instance}}"}]},
+		{"type": "row", "title": "r", "collapsed": true, "panels": [
+			{"type": "graph", "title": "b", "targets": [{"expr": "appliance_node_info"}, {"expr": "x"}]}]}]}`)
+	got, err := DashboardQueries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Query{{"a", "up", "{{instance}}"}, {"b", "appliance_node_info", ""}, {"b", "x", ""}}
+	if !slices.Equal(got, want) {
+		t.Errorf("queries %+v, want %+v", got, want)
 	}
 }
