@@ -8,7 +8,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -287,12 +286,8 @@ func openHeldConns(t *testing.T, from *netlab.Node, addr string, n int, period t
 	t.Helper()
 	h := &heldConns{stop: make(chan struct{})}
 	for range n {
-		var raw net.Conn
-		if err := from.Do(func() error {
-			var err error
-			raw, err = net.DialTimeout("tcp", addr, 3*time.Second)
-			return err
-		}); err != nil {
+		raw, err := from.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
 			t.Fatal(err)
 		}
 		conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) // a stand-in's throw-away certificate

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"path/filepath"
@@ -102,12 +101,8 @@ type keptCaller struct {
 
 func startKeptCaller(t *testing.T, from *netlab.Node, addr string, every time.Duration) *keptCaller {
 	t.Helper()
-	var raw net.Conn
-	if err := from.Do(func() error {
-		var err error
-		raw, err = net.DialTimeout("tcp", addr, 3*time.Second)
-		return err
-	}); err != nil {
+	raw, err := from.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
 	conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) // a stand-in's throw-away certificate
@@ -195,12 +190,8 @@ func (k *keptCaller) result() (ok, since int, errs []string) {
 // that connection from this goroutine. connected reports whether the TCP
 // connection was established.
 func callAPI(from *netlab.Node, addr string) (node string, connected bool, err error) {
-	var raw net.Conn
-	if err := from.Do(func() error {
-		var err error
-		raw, err = net.DialTimeout("tcp", addr, 3*time.Second)
-		return err
-	}); err != nil {
+	raw, err := from.DialTimeout("tcp", addr, 3*time.Second)
+	if err != nil {
 		return "", false, err
 	}
 	defer raw.Close()
