@@ -185,11 +185,11 @@ func StaticPod(cfg *cluster.Config, o PodOptions) (*corev1.Pod, error) {
 					// Requests only: a limit would throttle or OOM-kill
 					// the node's VIPs and DNS under load. Set from what
 					// the pod uses under a real kubelet (BENCHMARKS.md,
-					// "Under a real kubelet"): 18m idle and 75m under
+					// "Under a real kubelet"): 20m idle and 94m under
 					// 1,000 DNS queries/s and 50 API connections/s on
-					// the API VIP's holder; a resident set of 32 MiB
-					// (51 MiB at its start-up peak), a working set of
-					// 14 MiB.
+					// the API VIP's holder; a resident set of 33 MiB
+					// (52 MiB at its start-up peak), a working set of
+					// 16 MiB.
 					Requests: corev1.ResourceList{
 						corev1.ResourceCPU:    resource.MustParse("100m"),
 						corev1.ResourceMemory: resource.MustParse("64Mi"),

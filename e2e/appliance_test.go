@@ -230,12 +230,8 @@ func dumpOnFailure(t *testing.T, procs map[string]*netlab.Process) {
 // nodeHTTPGet fetches path from addr inside node's namespace: the connection
 // is opened on a thread inside the namespace, then used from here.
 func nodeHTTPGet(n *netlab.Node, addr, path string) (string, error) {
-	var c net.Conn
-	if err := n.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", addr, 2*time.Second)
-		return err
-	}); err != nil {
+	c, err := n.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
 		return "", fmt.Errorf("dial %s in %s: %w", addr, n.Name, err)
 	}
 	tr := &http.Transport{

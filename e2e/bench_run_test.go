@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -623,68 +621,26 @@ type handoverResult struct {
 	keptErr   string
 }
 
-// handoverCaller calls GET /version through addr from a node every period
-// on a new connection (callAPI) and counts: answered (and the slowest),
-// could not connect, reset once connected, anything else (a timeout or
-// EOF after connecting).
-type handoverCaller struct {
-	mu   sync.Mutex
-	r    handoverResult
-	stop chan struct{}
-	done chan struct{}
-}
-
-func startHandoverCaller(t *testing.T, from *netlab.Node, addr string, period time.Duration) *handoverCaller {
-	c := &handoverCaller{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			start := time.Now()
-			_, connected, err := callAPI(from, addr)
-			took := time.Since(start)
-			c.mu.Lock()
-			switch {
-			case err == nil:
-				c.r.ok++
-				c.r.slowest = max(c.r.slowest, took)
-			case !connected:
-				c.r.connFail++
-			case errors.Is(err, syscall.ECONNRESET):
-				c.r.reset++
-			default:
-				c.r.other++
-			}
-			if err != nil {
-				c.r.failures = append(c.r.failures, start.Format("15:04:05.000")+" "+err.Error())
-			}
-			c.mu.Unlock()
-			select {
-			case <-c.stop:
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	t.Cleanup(c.close)
-	return c
-}
-
-func (c *handoverCaller) close() {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
-	<-c.done
-}
-
-func (c *handoverCaller) result() handoverResult {
+// handover is what c counted as a handoverResult: answered (and the
+// slowest), could not connect, reset once connected, anything else (a
+// timeout or EOF after connecting). It stops c first.
+func (c *apiCaller) handover() handoverResult {
 	c.close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.r
+	r := handoverResult{ok: c.ok, slowest: c.slowest}
+	for _, f := range c.failures {
+		switch {
+		case !f.connected:
+			r.connFail++
+		case f.reset():
+			r.reset++
+		default:
+			r.other++
+		}
+		r.failures = append(r.failures, f.String())
+	}
+	return r
 }
 
 // waitMaster waits until a master (not n0) alone holds the API VIP.
@@ -763,7 +719,7 @@ func stackHandoverCluster(t *testing.T) *handoverCluster {
 // master to hold the VIP; otherwise it is torn down while it holds it.
 func handover(t *testing.T, c *handoverCluster, readyzFirst bool) handoverResult {
 	nodes := c.lab.Nodes[:4]
-	caller := startHandoverCaller(t, c.lab.Nodes[4], labVIP.String()+":6443", 20*time.Millisecond)
+	caller := startAPICaller(t, c.lab.Nodes[4], labVIP.String()+":6443", 20*time.Millisecond)
 	kept := startKeptCaller(t, c.lab.Nodes[4], labVIP.String()+":6443", 20*time.Millisecond)
 	time.Sleep(time.Second)
 	var took time.Duration
@@ -792,7 +748,7 @@ func handover(t *testing.T, c *handoverCluster, readyzFirst bool) handoverResult
 	kept.close()
 	<-stopped
 	time.Sleep(time.Second)
-	r := caller.result()
+	r := caller.handover()
 	r.takeover = took
 	_, r.keptAfter, r.keptErr = kept.firstError()
 	return r

@@ -183,12 +183,8 @@ exec "$@"`
 // get fetches path from the node's admin listener (127.0.0.1:9447, as the
 // node config spells it out).
 func (d *deployed) get(path string) (string, error) {
-	var c net.Conn
-	if err := d.node.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", "127.0.0.1:9447", 2*time.Second)
-		return err
-	}); err != nil {
+	c, err := d.node.DialTimeout("tcp", "127.0.0.1:9447", 2*time.Second)
+	if err != nil {
 		return "", err
 	}
 	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return c, nil }, DisableKeepAlives: true}

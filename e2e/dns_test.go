@@ -220,12 +220,8 @@ func TestDNSBurstWhileStopped(t *testing.T) {
 
 // askDNS asks server (host:53) for name's A record from node n.
 func askDNS(n *netlab.Node, server, name string, timeout time.Duration) ([]dns.RR, error) {
-	var conn net.Conn
-	if err := n.Do(func() error {
-		var err error
-		conn, err = net.DialTimeout("udp", server, timeout)
-		return err
-	}); err != nil {
+	conn, err := n.DialTimeout("udp", server, timeout)
+	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()

@@ -187,8 +187,7 @@ vrrp: {advertInterval: 100ms}
 	vipMCS := netip.AddrPortFrom(labVIP, 22623).String()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var c net.Conn
-		err := client.Do(func() (err error) { c, err = net.DialTimeout("tcp", vipMCS, time.Second); return err })
+		c, err := client.DialTimeout("tcp", vipMCS, time.Second)
 		if err == nil {
 			c.Close()
 			break
@@ -314,8 +313,7 @@ func waitProbe(t *testing.T, n *netlab.Node, addr, path string, timeout time.Dur
 	deadline := time.Now().Add(timeout)
 	last := ""
 	for time.Now().Before(deadline) {
-		var c net.Conn
-		err := n.Do(func() (err error) { c, err = net.DialTimeout("tcp", addr, time.Second); return err })
+		c, err := n.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return c, nil }, DisableKeepAlives: true}
 			resp, gerr := (&http.Client{Transport: tr, Timeout: 2 * time.Second}).Get("http://" + addr + path)

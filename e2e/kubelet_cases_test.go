@@ -3,13 +3,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -268,104 +263,48 @@ func applianceTables(t *testing.T, n *netlab.Node) []string {
 
 // heldConns are API connections through the VIP kept open and in use, as
 // the kubelets', controllers' and operators' watches and requests are: each
-// sends GET /version every period until its connection ends.
-type heldConns struct {
-	mu    sync.Mutex
-	conns []*heldConn
-	wg    sync.WaitGroup
-	stop  chan struct{}
-}
+// a keptCaller, with 5 s for each call (a hundred of them on a loaded
+// machine).
+type heldConns []*keptCaller
 
-type heldConn struct {
-	ok     int
-	lastOK time.Time
-	ended  time.Time
-	err    string
-}
-
-func openHeldConns(t *testing.T, from *netlab.Node, addr string, n int, period time.Duration) *heldConns {
+func openHeldConns(t *testing.T, from *netlab.Node, addr string, n int, period time.Duration) heldConns {
 	t.Helper()
-	h := &heldConns{stop: make(chan struct{})}
+	var h heldConns
 	for range n {
-		var raw net.Conn
-		if err := from.Do(func() error {
-			var err error
-			raw, err = net.DialTimeout("tcp", addr, 3*time.Second)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		conn := tls.Client(raw, &tls.Config{InsecureSkipVerify: true}) // a stand-in's throw-away certificate
-		hc := &heldConn{}
-		h.conns = append(h.conns, hc)
-		h.wg.Go(func() {
-			defer conn.Close()
-			br := bufio.NewReader(conn)
-			tick := time.NewTicker(period)
-			defer tick.Stop()
-			for {
-				_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-				_, err := fmt.Fprintf(conn, "GET /version HTTP/1.1\r\nHost: api\r\n\r\n")
-				var resp *http.Response
-				if err == nil {
-					resp, err = http.ReadResponse(br, nil)
-				}
-				if err == nil {
-					_, err = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				h.mu.Lock()
-				if err != nil {
-					hc.ended, hc.err = time.Now(), err.Error()
-				} else {
-					hc.ok++
-					hc.lastOK = time.Now()
-				}
-				h.mu.Unlock()
-				if err != nil {
-					return
-				}
-				select {
-				case <-h.stop:
-					return
-				case <-tick.C:
-				}
-			}
-		})
+		h = append(h, dialKept(t, from, addr, period, 5*time.Second))
 	}
-	t.Cleanup(h.close)
 	return h
 }
 
-func (h *heldConns) close() {
-	select {
-	case <-h.stop:
-	default:
-		close(h.stop)
+// close stops the calls and closes the connections, all at once.
+func (h heldConns) close() {
+	var wg sync.WaitGroup
+	for _, k := range h {
+		wg.Go(k.close)
 	}
-	h.wg.Wait()
+	wg.Wait()
 }
 
 // since summarises the connections from t0: how many were answered after
 // it, how many ended, and when the first and last ended.
-func (h *heldConns) since(t0 time.Time) (answered, ended int, first, last time.Duration, errs []string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		if c.lastOK.After(t0) {
+func (h heldConns) since(t0 time.Time) (answered, ended int, first, last time.Duration, errs []string) {
+	for _, k := range h {
+		k.mu.Lock()
+		if k.lastOK.After(t0) {
 			answered++
 		}
-		if !c.ended.IsZero() {
+		if !k.ended.IsZero() {
 			ended++
-			d := c.ended.Sub(t0)
+			d := k.ended.Sub(t0)
 			if ended == 1 || d < first {
 				first = d
 			}
 			last = max(last, d)
 			if len(errs) < 3 {
-				errs = append(errs, c.err)
+				errs = append(errs, k.errs...)
 			}
 		}
+		k.mu.Unlock()
 	}
 	return answered, ended, first, last, errs
 }
@@ -556,51 +495,37 @@ func (c *kubeletCluster) testUpgrade(t *testing.T) {
 // dnsWatch asks one DNS server for api.<domain> every 100 ms and keeps the
 // longest run without an answer.
 type dnsWatch struct {
+	*ticking
 	mu      sync.Mutex
 	longest time.Duration
-	stop    chan struct{}
-	done    chan struct{}
 }
 
 func startDNSWatch(t *testing.T, from *netlab.Node, server netip.Addr) *dnsWatch {
-	w := &dnsWatch{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		var down time.Time
-		for {
-			_, err := askDNS(from, netip.AddrPortFrom(server, 53).String(), "api.ocp4.example.com", 200*time.Millisecond)
-			now := time.Now()
-			w.mu.Lock()
-			switch {
-			case err != nil && down.IsZero():
-				down = now
-			case err == nil && !down.IsZero():
-				w.longest = max(w.longest, now.Sub(down))
-				down = time.Time{}
-			}
-			if !down.IsZero() {
-				w.longest = max(w.longest, now.Sub(down))
-			}
-			w.mu.Unlock()
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
+	w := &dnsWatch{}
+	var down time.Time
+	w.ticking = every(t, 100*time.Millisecond, func() bool {
+		_, err := askDNS(from, netip.AddrPortFrom(server, 53).String(), "api.ocp4.example.com", 200*time.Millisecond)
+		now := time.Now()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		switch {
+		case err != nil && down.IsZero():
+			down = now
+		case err == nil && !down.IsZero():
+			w.longest = max(w.longest, now.Sub(down))
+			down = time.Time{}
 		}
-	}()
-	t.Cleanup(func() { w.close() })
+		if !down.IsZero() {
+			w.longest = max(w.longest, now.Sub(down))
+		}
+		return true
+	})
 	return w
 }
 
 // close stops the watch and returns the longest time without an answer.
 func (w *dnsWatch) close() time.Duration {
-	select {
-	case <-w.stop:
-	default:
-		close(w.stop)
-	}
-	<-w.done
+	w.ticking.close()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.longest
@@ -611,33 +536,24 @@ func (w *dnsWatch) close() time.Duration {
 func watchHolderSeq(t *testing.T, ks []*kubeletNode, vip netip.Addr) func() []string {
 	var mu sync.Mutex
 	var seq []string
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			var names []string
-			for _, k := range ks {
-				if holds(t, k.n, vip) {
-					names = append(names, k.name)
-				}
-			}
-			s := strings.Join(names, "+")
-			if s == "" {
-				s = "none"
-			}
-			mu.Lock()
-			if len(seq) == 0 || seq[len(seq)-1] != s {
-				seq = append(seq, s)
-			}
-			mu.Unlock()
-			select {
-			case <-stop:
-				return
-			case <-time.After(10 * time.Millisecond):
+	every(t, 10*time.Millisecond, func() bool {
+		var names []string
+		for _, k := range ks {
+			if holds(t, k.n, vip) {
+				names = append(names, k.name)
 			}
 		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
+		s := strings.Join(names, "+")
+		if s == "" {
+			s = "none"
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seq) == 0 || seq[len(seq)-1] != s {
+			seq = append(seq, s)
+		}
+		return true
+	})
 	return func() []string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -648,46 +564,26 @@ func watchHolderSeq(t *testing.T, ks []*kubeletNode, vip netip.Addr) func() []st
 // httpCaller GETs / from a plain HTTP address every period, one connection
 // per call, as a browser reaching an application through the ingress VIP.
 type httpCaller struct {
+	*ticking
 	mu     sync.Mutex
 	ok     int
 	failed []string
-	stop   chan struct{}
-	done   chan struct{}
 }
 
 func startHTTPCaller(t *testing.T, from *netlab.Node, addr string, period time.Duration) *httpCaller {
-	c := &httpCaller{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		tick := time.NewTicker(period)
-		defer tick.Stop()
-		for {
-			body, err := nodeHTTPGet(from, addr, "/")
-			c.mu.Lock()
-			if err != nil || !strings.Contains(body, `"router"`) {
-				c.failed = append(c.failed, fmt.Sprintf("%s %v %q", time.Now().Format("15:04:05.000"), err, body))
-			} else {
-				c.ok++
-			}
-			c.mu.Unlock()
-			select {
-			case <-c.stop:
-				return
-			case <-tick.C:
-			}
+	c := &httpCaller{}
+	c.ticking = every(t, period, func() bool {
+		body, err := nodeHTTPGet(from, addr, "/")
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if err != nil || !strings.Contains(body, `"router"`) {
+			c.failed = append(c.failed, fmt.Sprintf("%s %v %q", time.Now().Format("15:04:05.000"), err, body))
+		} else {
+			c.ok++
 		}
-	}()
-	t.Cleanup(c.close)
+		return true
+	})
 	return c
-}
-
-func (c *httpCaller) close() {
-	select {
-	case <-c.stop:
-	default:
-		close(c.stop)
-	}
-	<-c.done
 }
 
 func (c *httpCaller) result() (int, []string) {

@@ -19,6 +19,7 @@ import (
 	"appliance/internal/apptest"
 	"appliance/internal/kubeletnode"
 	"appliance/internal/netlab"
+	"appliance/internal/netlab/netlabtest"
 	"appliance/vrrp"
 )
 
@@ -37,19 +38,15 @@ const kubeletToolsDir = "../../shared/tools/kubelet"
 // saying how to build them (fails it under CI).
 func kubeletTools(t *testing.T) kubeletnode.Tools {
 	t.Helper()
-	need := func(msg string) {
-		t.Helper()
+	// Network and mount namespaces, cgroups.
+	netlabtest.RequireRoot(t)
+	tools, err := kubeletnode.FindTools(kubeletToolsDir, os.Getenv("KUBELET_ASSETS"))
+	if err != nil {
+		msg := err.Error() + "; then `make kubelet`, or go test -tags kubelet -run '^TestKubelet' ./e2e"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
-	}
-	if os.Geteuid() != 0 {
-		need("the kubelet tier needs root (network and mount namespaces, cgroups)")
-	}
-	tools, err := kubeletnode.FindTools(kubeletToolsDir, os.Getenv("KUBELET_ASSETS"))
-	if err != nil {
-		need(err.Error() + "; then `make kubelet`, or go test -tags kubelet -run '^TestKubelet' ./e2e")
 	}
 	return tools
 }

@@ -320,12 +320,8 @@ func (p *promAPI) get(path string, out any) error {
 		p.t.Fatalf("prometheus exited: %v\n%s", p.proc.Wait(), tail(p.proc.Output()))
 	default:
 	}
-	var c net.Conn
-	if err := p.node.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", p.addr, 2*time.Second)
-		return err
-	}); err != nil {
+	c, err := p.node.DialTimeout("tcp", p.addr, 2*time.Second)
+	if err != nil {
 		return err
 	}
 	tr := &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) { return c, nil }, DisableKeepAlives: true}

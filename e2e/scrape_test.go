@@ -100,12 +100,8 @@ func applyMonitoring(t *testing.T, kube *kubeAPI, assets string) string {
 // from another host: verifying the server with pool against addr's IP,
 // with token when set.
 func scrapeFrom(n *netlab.Node, addr string, pool *x509.CertPool, token string) (int, string, error) {
-	var c net.Conn
-	if err := n.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", addr, 2*time.Second)
-		return err
-	}); err != nil {
+	c, err := n.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
 		return 0, "", err
 	}
 	tr := &http.Transport{

@@ -24,12 +24,8 @@ import (
 // get sends GET path to addr inside the node, over TLS (the kubelet's
 // self-signed certificate, not verified) when secure.
 func (k *Node) get(addr, path string, secure bool) (string, error) {
-	var raw net.Conn
-	if err := k.Node.Do(func() error {
-		var err error
-		raw, err = net.DialTimeout("tcp", addr, 2*time.Second)
-		return err
-	}); err != nil {
+	raw, err := k.Node.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
 		return "", err
 	}
 	defer raw.Close()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -59,6 +60,18 @@ func (n *Node) Addrs() []netip.Addr {
 // run in the root namespace; a panic in fn is re-raised in the caller.
 func (n *Node) Do(fn func() error) error {
 	return inNS(n.NS, fn)
+}
+
+// DialTimeout dials addr from inside the node's namespace (net.DialTimeout):
+// the connection belongs to the node and may be used from any goroutine.
+func (n *Node) DialTimeout(network, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := inNS(n.NS, func() error {
+		var err error
+		c, err = net.DialTimeout(network, addr, timeout)
+		return err
+	})
+	return c, err
 }
 
 // Handle returns a netlink handle whose sockets live in the node's
