@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -59,6 +60,19 @@ func (n *Node) Addrs() []netip.Addr {
 // run in the root namespace; a panic in fn is re-raised in the caller.
 func (n *Node) Do(fn func() error) error {
 	return inNS(n.NS, fn)
+}
+
+// Dial connects to addr over network ("tcp", "udp", ...) from inside the
+// node's namespace, giving up after timeout (0: the system's); the
+// connection stays the node's and may be used from any goroutine.
+func (n *Node) Dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	var c net.Conn
+	err := n.Do(func() error {
+		var err error
+		c, err = net.DialTimeout(network, addr, timeout)
+		return err
+	})
+	return c, err
 }
 
 // Handle returns a netlink handle whose sockets live in the node's
