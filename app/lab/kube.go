@@ -1,17 +1,14 @@
 package lab
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
-	"appliance/internal/netlab"
+	"appliance/internal/kubeapi"
 )
 
 // KubeOptions let the day-2 worker join through a real Kubernetes API
@@ -31,8 +28,6 @@ type KubeOptions struct {
 // kube is the lab's Kubernetes API: etcd and kube-apiserver in a node of
 // their own, which the stand-in apiservers pass Kubernetes calls to.
 type kube struct {
-	node       *netlab.Node
-	state      string // start.sh's folder
 	upstream   string // https://IP:port of the real kube-apiserver
 	kubeconfig string // the lab's: through the API VIP, as a node's would be
 }
@@ -46,26 +41,9 @@ func (r *run) kubeMissing() string {
 		return r.kubeErr
 	case !k.RunKubeconfig:
 		return "appliance run has no --kubeconfig yet"
-	case k.Tools == "" || !isFile(filepath.Join(k.Tools, "start.sh")):
-		return fmt.Sprintf("no kube-apiserver scripts in %q", k.Tools)
 	}
-	if k.Assets == "" {
-		return fmt.Sprintf("no kube-apiserver binaries given (make run passes those %s/build.sh builds)", k.Tools)
-	}
-	for _, b := range []string{"kube-apiserver", "etcd", "kubectl"} {
-		if !isFile(filepath.Join(k.Assets, b)) {
-			return fmt.Sprintf("no %s in %s", b, k.Assets)
-		}
-	}
-	return ""
+	return kubeapi.Missing(k.Tools, k.Assets)
 }
-
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
-}
-
-var serverRE = regexp.MustCompile(`server: (https://\S+)`)
 
 // startKube starts etcd and kube-apiserver in a node of their own and
 // writes the kubeconfig every appliance gets: the API through its VIP,
@@ -76,58 +54,13 @@ func (r *run) startKube() error {
 		return fmt.Errorf("lab: %w", err)
 	}
 	r.names[n] = "kube-api"
-	state := filepath.Join(r.lab.Dir(), "kube")
 	t0 := time.Now()
-	startSh := func() (string, error) {
-		return n.Run(r.ctx, "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
-			"KUBEBUILDER_ASSETS="+r.o.Kube.Assets, filepath.Join(r.o.Kube.Tools, "start.sh"), state)
-	}
-	out, err := startSh()
-	if err != nil && r.ctx.Err() == nil {
-		// Once more, in a folder of its own: on a busy machine start.sh can
-		// look at a child it launched a moment ago before the child has
-		// become kube-apiserver and take it for one that exited (the
-		// failure then comes with an empty log), or lose a port it picked
-		// to another program before binding it.
-		state = filepath.Join(r.lab.Dir(), "kube-again")
-		out, err = startSh()
-	}
-	r.kube = &kube{node: n, state: state}
-	if err != nil {
-		return fmt.Errorf("start.sh: %w", err)
-	}
-	fields := strings.Fields(out)
-	if len(fields) == 0 {
-		return errors.New("start.sh printed no kubeconfig")
-	}
-	direct, err := os.ReadFile(fields[len(fields)-1])
+	srv, err := kubeapi.Start(r.ctx, n, r.o.Kube.Tools, r.o.Kube.Assets, filepath.Join(r.lab.Dir(), "kube"))
 	if err != nil {
 		return err
 	}
-	m := serverRE.FindSubmatch(direct)
-	tokens, err := os.ReadFile(filepath.Join(state, "tokens.csv"))
-	if err != nil || m == nil {
-		return fmt.Errorf("start.sh's kubeconfig or token: %v", err)
-	}
-	token, _, _ := strings.Cut(string(tokens), ",")
-	r.kube.upstream = string(m[1])
-	r.kube.kubeconfig = filepath.Join(r.lab.Dir(), "kubeconfig")
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: ocp4
-  cluster:
-    server: https://%s:6443
-    insecure-skip-tls-verify: true
-users:
-- name: admin
-  user:
-    token: %s
-contexts:
-- name: ocp4
-  context: {cluster: ocp4, user: admin}
-current-context: ocp4
-`, apiVIP, token)
+	r.kube = &kube{upstream: srv.URL, kubeconfig: filepath.Join(r.lab.Dir(), "kubeconfig")}
+	kc := srv.AdminKubeconfig(fmt.Sprintf("https://%s:6443", apiVIP))
 	if err := os.WriteFile(r.kube.kubeconfig, []byte(kc), 0o600); err != nil {
 		return err
 	}

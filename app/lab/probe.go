@@ -22,23 +22,11 @@ import (
 	"appliance/internal/netlab"
 )
 
-// dial opens a TCP connection from inside n's namespace; the connection is
-// then used from the caller's goroutine.
-func dial(n *netlab.Node, addr string, timeout time.Duration) (net.Conn, error) {
-	var c net.Conn
-	err := n.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", addr, timeout)
-		return err
-	})
-	return c, err
-}
-
 // get sends GET path to addr from n, over TLS when secure (the stand-ins'
 // certificates are not verified), with host as the Host header, and
 // returns the status and body. connected reports whether TCP connected.
 func get(n *netlab.Node, addr, host, path string, secure bool, timeout time.Duration) (code int, body string, connected bool, err error) {
-	raw, err := dial(n, addr, timeout)
+	raw, err := n.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return 0, "", false, err
 	}
@@ -62,7 +50,7 @@ func get(n *netlab.Node, addr, host, path string, secure bool, timeout time.Dura
 
 // lookup asks the DNS server at server:53 for name's A records from n.
 func lookup(n *netlab.Node, server netip.Addr, name string) ([]netip.Addr, error) {
-	c, err := dialUDP(n, netip.AddrPortFrom(server, 53).String())
+	c, err := n.DialTimeout("udp", netip.AddrPortFrom(server, 53).String(), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -90,16 +78,6 @@ func lookup(n *netlab.Node, server netip.Addr, name string) ([]netip.Addr, error
 		}
 	}
 	return out, nil
-}
-
-func dialUDP(n *netlab.Node, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := n.Do(func() error {
-		var err error
-		c, err = net.Dial("udp", addr)
-		return err
-	})
-	return c, err
 }
 
 func addrsString(as []netip.Addr, err error) string {

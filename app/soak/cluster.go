@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,6 +53,7 @@ type node struct {
 
 	mu        sync.Mutex
 	procs     map[string]*netlab.Process // "run", "apiserver", "mcs", "router"
+	started   []startedProc              // every process started in it, for unplannedExits
 	gone      bool                       // torn down (the bootstrap): nothing runs, nothing is checked
 	brex      bool                       // its address is on br-ex
 	busy      int                        // faults running on it now
@@ -71,6 +73,26 @@ func (nd *node) setProc(key string, p *netlab.Process) {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
 	nd.procs[key] = p
+	nd.started = append(nd.started, startedProc{key: key, p: p})
+}
+
+// startedProc is a process the soak started, and whether a fault stopped
+// it.
+type startedProc struct {
+	key     string
+	p       *netlab.Process
+	stopped bool
+}
+
+// markStopped notes that a fault stops p.
+func (nd *node) markStopped(p *netlab.Process) {
+	nd.mu.Lock()
+	defer nd.mu.Unlock()
+	for i := range nd.started {
+		if nd.started[i].p == p {
+			nd.started[i].stopped = true
+		}
+	}
 }
 
 func (nd *node) isGone() bool {
@@ -310,9 +332,10 @@ func (c *cluster) stop(nd *node, key string, kill bool, grace time.Duration) err
 	}
 	select {
 	case <-p.Done():
-		return nil
+		return nil // it ended on its own: unplannedExits tells
 	default:
 	}
+	nd.markStopped(p)
 	if kill {
 		if err := p.Kill(); err != nil {
 			return err
@@ -331,6 +354,31 @@ func (c *cluster) stop(nd *node, key string, kill bool, grace time.Duration) err
 		return fmt.Errorf("soak: %s %s did not exit %s after SIGTERM", nd.name, key, grace)
 	}
 	return nil
+}
+
+// unplannedExits checks every process the soak started in a node: one
+// that ended though no fault stopped it (a crash, a fatal error) is a
+// violation, with its exit status and last lines.
+func (c *cluster) unplannedExits() invariant {
+	inv := invariant{Name: "no appliance or stand-in exits but when a fault stops it"}
+	for _, nd := range c.nodes {
+		nd.mu.Lock()
+		started := slices.Clone(nd.started)
+		nd.mu.Unlock()
+		for _, sp := range started {
+			inv.Checks++
+			if sp.stopped {
+				continue
+			}
+			select {
+			case <-sp.p.Done():
+				inv.Violations = append(inv.Violations, fmt.Sprintf("%s's %s (pid %d) exited: %v; its last lines: %s",
+					nd.name, sp.key, sp.p.Pid(), sp.p.Wait(), strings.ReplaceAll(tail(sp.p.Output(), 3), "\n", " | ")))
+			default:
+			}
+		}
+	}
+	return inv
 }
 
 // startAll starts every node's stand-ins and appliance and waits until

@@ -6,12 +6,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"appliance/internal/kubeapi"
 	"appliance/internal/netlab"
 )
 
@@ -22,7 +22,6 @@ import (
 type kubeAPI struct {
 	c        *cluster
 	node     *netlab.Node
-	state    string
 	upstream string // https://IP:port of the kube-apiserver itself
 	direct   string // start.sh's kubeconfig: the kube-apiserver itself
 	viaVIP   string // the appliances' kubeconfig: through the API VIP
@@ -33,27 +32,7 @@ type kubeAPI struct {
 }
 
 // kubeMissing says why the soak runs without a Kubernetes API, or "".
-func kubeMissing(o *Options) string {
-	switch {
-	case o.KubeTools == "" || !isFile(filepath.Join(o.KubeTools, "start.sh")):
-		return fmt.Sprintf("no kube-apiserver scripts in %q", o.KubeTools)
-	case o.KubeAssets == "":
-		return "no kube-apiserver binaries given (--kube-assets, what the scripts' build.sh prints)"
-	}
-	for _, b := range []string{"kube-apiserver", "etcd", "kubectl"} {
-		if !isFile(filepath.Join(o.KubeAssets, b)) {
-			return fmt.Sprintf("no %s in %s", b, o.KubeAssets)
-		}
-	}
-	return ""
-}
-
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
-}
-
-var serverRE = regexp.MustCompile(`server: (https://\S+)`)
+func kubeMissing(o *Options) string { return kubeapi.Missing(o.KubeTools, o.KubeAssets) }
 
 // startKube starts etcd and kube-apiserver in a new node and writes the
 // kubeconfig every appliance gets.
@@ -62,59 +41,16 @@ func (c *cluster) startKube() error {
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)
 	}
-	k := &kubeAPI{c: c, node: n, state: filepath.Join(c.lab.Dir(), "kube"), kubectl: filepath.Join(c.o.KubeAssets, "kubectl")}
-	startSh := func() (string, error) {
-		return n.Run(c.ctx, "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
-			"KUBEBUILDER_ASSETS="+c.o.KubeAssets, filepath.Join(c.o.KubeTools, "start.sh"), k.state)
-	}
-	out, err := startSh()
-	if err != nil && c.ctx.Err() == nil {
-		// Once more, in a folder of its own: start.sh can take a child it
-		// launched a moment ago, not yet kube-apiserver, for one that
-		// exited, or lose a port it picked before binding it.
-		k.state = filepath.Join(c.lab.Dir(), "kube-again")
-		out, err = startSh()
-	}
-	if err != nil {
-		return fmt.Errorf("start.sh: %w", err)
-	}
-	fields := strings.Fields(out)
-	if len(fields) == 0 {
-		return errors.New("start.sh printed no kubeconfig")
-	}
-	k.direct = fields[len(fields)-1]
-	kc, err := os.ReadFile(k.direct)
+	srv, err := kubeapi.Start(c.ctx, n, c.o.KubeTools, c.o.KubeAssets, filepath.Join(c.lab.Dir(), "kube"))
 	if err != nil {
 		return err
 	}
-	m := serverRE.FindSubmatch(kc)
-	tokens, err := os.ReadFile(filepath.Join(k.state, "tokens.csv"))
-	if err != nil || m == nil {
-		return fmt.Errorf("start.sh's kubeconfig or token: %v", err)
-	}
-	token, _, _ := strings.Cut(string(tokens), ",")
-	k.upstream = string(m[1])
-	k.viaVIP = filepath.Join(c.lab.Dir(), "kubeconfig")
-	doc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: ocp4
-  cluster:
-    server: https://%s:6443
-    insecure-skip-tls-verify: true
-users:
-- name: admin
-  user:
-    token: %s
-contexts:
-- name: ocp4
-  context: {cluster: ocp4, user: admin}
-current-context: ocp4
-`, apiVIP, token)
-	if err := os.WriteFile(k.viaVIP, []byte(doc), 0o600); err != nil {
+	k := &kubeAPI{c: c, node: n, upstream: srv.URL, direct: srv.Kubeconfig, kubectl: filepath.Join(c.o.KubeAssets, "kubectl"),
+		viaVIP: filepath.Join(c.lab.Dir(), "kubeconfig")}
+	if err := os.WriteFile(k.viaVIP, []byte(srv.AdminKubeconfig(fmt.Sprintf("https://%s:6443", apiVIP))), 0o600); err != nil {
 		return err
 	}
-	pids, err := os.ReadFile(filepath.Join(k.state, "pids"))
+	pids, err := os.ReadFile(filepath.Join(srv.State, "pids"))
 	if err != nil {
 		return err
 	}

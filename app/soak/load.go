@@ -128,7 +128,7 @@ func (a *apiLoad) call() call {
 		cl.End = time.Now()
 		return cl
 	}
-	raw, err := dialIn(a.from, vipAPI, callTimeout)
+	raw, err := a.from.DialTimeout("tcp", vipAPI, callTimeout)
 	if err != nil {
 		return fail("connect", err)
 	}
@@ -170,7 +170,7 @@ func (a *apiLoad) stream(id int) stream {
 		}
 		return s
 	}
-	raw, err := dialIn(a.from, vipAPI, callTimeout)
+	raw, err := a.from.DialTimeout("tcp", vipAPI, callTimeout)
 	if err != nil {
 		return end("error", err)
 	}

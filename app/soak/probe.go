@@ -18,21 +18,9 @@ import (
 	"appliance/internal/netlab"
 )
 
-// dialIn opens a TCP connection from inside n's namespace; the connection
-// is then used from any goroutine.
-func dialIn(n *netlab.Node, addr string, timeout time.Duration) (net.Conn, error) {
-	var c net.Conn
-	err := n.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", addr, timeout)
-		return err
-	})
-	return c, err
-}
-
 // adminGet asks n's admin listener for path.
 func adminGet(n *netlab.Node, path string, timeout time.Duration) (int, string, error) {
-	c, err := dialIn(n, adminListen, timeout)
+	c, err := n.DialTimeout("tcp", adminListen, timeout)
 	if err != nil {
 		return 0, "", err
 	}
@@ -75,12 +63,8 @@ func (r *resolver) ask(q *dns.Msg, timeout time.Duration) (*dns.Msg, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.conn == nil {
-		var c net.Conn
-		if err := r.from.Do(func() error {
-			var err error
-			c, err = net.Dial("udp", r.to)
-			return err
-		}); err != nil {
+		c, err := r.from.DialTimeout("udp", r.to, 0)
+		if err != nil {
 			return nil, err
 		}
 		r.conn = c

@@ -25,17 +25,18 @@ type recorder struct {
 	heldMismatch []string
 }
 
-func (r *recorder) addCall(c call) {
+// add appends v to the recorder's list *to.
+func add[T any](r *recorder, to *[]T, v T) {
 	r.mu.Lock()
-	r.calls = append(r.calls, c)
+	*to = append(*to, v)
 	r.mu.Unlock()
 }
 
-func (r *recorder) addStream(s stream) {
-	r.mu.Lock()
-	r.streams = append(r.streams, s)
-	r.mu.Unlock()
-}
+func (r *recorder) addCall(c call)            { add(r, &r.calls, c) }
+func (r *recorder) addStream(s stream)        { add(r, &r.streams, s) }
+func (r *recorder) addDHCP(e dhcpEvent)       { add(r, &r.dhcp, e) }
+func (r *recorder) addHolders(h holderChange) { add(r, &r.holders, h) }
+func (r *recorder) addSample(s procSample)    { add(r, &r.samples, s) }
 
 func (r *recorder) addDNS(q dnsQuery) {
 	r.mu.Lock()
@@ -43,24 +44,6 @@ func (r *recorder) addDNS(q dnsQuery) {
 	if q.Err != "" || q.Wrong != "" {
 		r.dnsBad = append(r.dnsBad, q)
 	}
-	r.mu.Unlock()
-}
-
-func (r *recorder) addDHCP(e dhcpEvent) {
-	r.mu.Lock()
-	r.dhcp = append(r.dhcp, e)
-	r.mu.Unlock()
-}
-
-func (r *recorder) addHolders(h holderChange) {
-	r.mu.Lock()
-	r.holders = append(r.holders, h)
-	r.mu.Unlock()
-}
-
-func (r *recorder) addSample(s procSample) {
-	r.mu.Lock()
-	r.samples = append(r.samples, s)
 	r.mu.Unlock()
 }
 

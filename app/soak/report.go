@@ -353,7 +353,9 @@ func (s *soak) analyse(inj *injector, loadEnd time.Time) *Report {
 	slopes, slopeInv := slopes(rec.samples)
 	rep.Slopes = slopes
 
-	rep.Invariants = []invariant{single, present, callInv, streamInv, dnsWrong, dnsUp, dhcpInv, dhcpUp, bounded, held, slopeInv}
+	exits := s.c.unplannedExits()
+
+	rep.Invariants = []invariant{single, present, callInv, streamInv, dnsWrong, dnsUp, dhcpInv, dhcpUp, bounded, held, slopeInv, exits}
 	rep.Passed = true
 	for i := range rep.Invariants {
 		rep.Invariants[i].Held = len(rep.Invariants[i].Violations) == 0

@@ -114,15 +114,16 @@ func ParseKinds(s string) ([]Kind, error) {
 		if f == "" {
 			continue
 		}
-		if infoOf(Kind(f)).weight == 0 && Kind(f) != KindBootstrapTeardown {
-			return nil, fmt.Errorf("no fault kind %q; the kinds are %s", f, kindList())
+		if !slices.Contains(Kinds(), Kind(f)) {
+			return nil, fmt.Errorf("no fault kind %q; the kinds are %s", f, KindList())
 		}
 		out = append(out, Kind(f))
 	}
 	return out, nil
 }
 
-func kindList() string {
+// KindList is every kind's name, comma-separated, for help texts.
+func KindList() string {
 	var s []string
 	for _, k := range Kinds() {
 		s = append(s, string(k))

@@ -208,6 +208,12 @@ func (s *soak) run(plan []Fault) (*Report, error) {
 
 	loadCtx, stopLoad := context.WithCancel(s.ctx)
 	defer stopLoad()
+	// The DHCP clients' links first: a failure here returns before any
+	// load or monitor runs, so none outlives the cluster.
+	dh := &dhcpLoad{ctx: loadCtx, c: c, rec: s.rec, every: s.o.DHCPEvery}
+	if err := dh.setup(); err != nil {
+		return nil, err
+	}
 	s.loadStart = time.Now()
 	var mon sync.WaitGroup
 	watchHolders(loadCtx, c, s.rec, &mon)
@@ -217,10 +223,6 @@ func (s *soak) run(plan []Fault) (*Report, error) {
 	day2 := &day2State{}
 	dnsl := &dnsLoad{ctx: loadCtx, c: c, rec: s.rec, every: s.o.DNSEvery, day2: day2}
 	dnsl.run()
-	dh := &dhcpLoad{ctx: loadCtx, c: c, rec: s.rec, every: s.o.DHCPEvery}
-	if err := dh.setup(); err != nil {
-		return nil, err
-	}
 	dh.run()
 	s.say("load: API calls every %s on new connections and %d streams through %s; DNS to every node every %s; %d DHCP clients renewing every %s",
 		s.o.CallEvery, s.o.Streams, vipAPI, s.o.DNSEvery, len(dh.clients), s.o.DHCPEvery)

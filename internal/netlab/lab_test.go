@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -815,6 +816,37 @@ func threadsInRootNS(ns nsID) error {
 		}
 	}
 	return nil
+}
+
+// TestDial: a connection DialTimeout opens is the node's: it reaches a listener
+// on another node, and its local address is the node's.
+func TestDial(t *testing.T) {
+	l := NewT(t, Options{Nodes: 2})
+	a, b := l.Nodes[0], l.Nodes[1]
+	var ln net.Listener
+	if err := b.Do(func() (err error) { ln, err = net.Listen("tcp", ":0"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			_, _ = c.Write([]byte("hello"))
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	c, err := a.DialTimeout("tcp", netip.AddrPortFrom(b.IPv4.Addr(), uint16(port)).String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := c.LocalAddr().(*net.TCPAddr).AddrPort().Addr().Unmap(); got != a.IPv4.Addr() {
+		t.Errorf("local address %s, want %s", got, a.IPv4.Addr())
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(c); err != nil || string(b) != "hello" {
+		t.Errorf("read %q, %v", b, err)
+	}
 }
 
 func TestAddNode(t *testing.T) {

@@ -62,11 +62,13 @@ func (n *Node) Do(fn func() error) error {
 	return inNS(n.NS, fn)
 }
 
-// DialTimeout dials addr from inside the node's namespace (net.DialTimeout):
-// the connection belongs to the node and may be used from any goroutine.
+// DialTimeout connects to addr over network ("tcp", "udp", ...) from
+// inside the node's namespace, as net.DialTimeout does (timeout 0: the
+// system's); the connection stays the node's and may be used from any
+// goroutine.
 func (n *Node) DialTimeout(network, addr string, timeout time.Duration) (net.Conn, error) {
 	var c net.Conn
-	err := inNS(n.NS, func() error {
+	err := n.Do(func() error {
 		var err error
 		c, err = net.DialTimeout(network, addr, timeout)
 		return err
