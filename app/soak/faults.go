@@ -374,7 +374,14 @@ func (j *injector) apiserver(r *faultRun) error {
 		r.Skipped = "no master's apiserver free"
 		return nil
 	}
+	// Reserve the slot, checking again under the same lock: another
+	// apiserver fault may have taken it since the pick.
 	j.mu.Lock()
+	if len(j.unrdy) > 0 {
+		j.mu.Unlock()
+		r.Skipped = "no master's apiserver free"
+		return nil
+	}
 	j.unrdy[nd.name] = true
 	j.mu.Unlock()
 	defer func() {
