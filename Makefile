@@ -122,7 +122,8 @@ soak-run:
 		assets=$$($(KUBE_TOOLS)/build.sh) || { [ "$$CI" = true ] && { echo "soak: $(KUBE_TOOLS)/build.sh failed" >&2; exit 1; }; \
 			echo "soak: build.sh failed; no Kubernetes API"; assets=""; }; \
 	elif [ "$$CI" = true ]; then echo "soak: no $(KUBE_TOOLS)/build.sh (the kube-apiserver); CI=true, so this fails" >&2; exit 1; fi; \
-	./$(BIN) soak --duration $(SOAK_DURATION) --seed $(SEED) --kube-tools $(KUBE_TOOLS) --kube-assets "$$assets" $(SOAK_FLAGS)
+	./$(BIN) soak --duration $(SOAK_DURATION) --seed $(SEED) --kube-tools $(KUBE_TOOLS) --kube-assets "$$assets" \
+		$(if $(filter true,$(CI)),--require-kube) $(SOAK_FLAGS)
 
 # The lab: a bootstrap, three masters and two workers running `appliance run`, a client calling
 # the API through the VIP through the bootstrap's teardown, a master's death and a day-2 worker.

@@ -36,6 +36,10 @@ type Options struct {
 	// Node source), as for `appliance lab`; without them it runs none and
 	// says why.
 	KubeTools, KubeAssets string
+	// RequireKube makes a soak without its kube-apiserver an error rather
+	// than a run that skips the Kubernetes faults (CI: the tools are there
+	// and must work).
+	RequireKube bool
 	// CallEvery is the pause between API calls on new connections;
 	// Streams the number of long-lived streams; DNSEvery the pause
 	// between rounds of DNS questions to each node; DHCPEvery between a
@@ -163,6 +167,9 @@ func (s *soak) run(plan []Fault) (*Report, error) {
 		}
 	} else {
 		c.kubeWhy = why
+	}
+	if c.kube == nil && s.o.RequireKube {
+		return nil, fmt.Errorf("soak: no Kubernetes API, and it is required: %s", c.kubeWhy)
 	}
 	c.cfgPath = filepath.Join(c.lab.Dir(), "appliance.yaml")
 	if err := os.WriteFile(c.cfgPath, []byte(c.config()), 0o644); err != nil {

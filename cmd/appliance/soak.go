@@ -18,6 +18,7 @@ type soakFlags struct {
 	reportDir  string
 	kubeTools  string
 	kubeAssets string
+	needKube   bool
 }
 
 // errSoakFailed makes the exit status non-zero when an invariant broke;
@@ -51,7 +52,7 @@ Fault kinds: ` + soak.KindList() + `.`,
 			}
 			rep, err := soak.Run(cmd.Context(), soak.Options{
 				Exe: exe, Out: cmd.OutOrStdout(), Duration: f.duration, Seed: f.seed, Off: off,
-				ReportDir: f.reportDir, LogLevel: g.logLevel, KubeTools: f.kubeTools, KubeAssets: f.kubeAssets,
+				ReportDir: f.reportDir, LogLevel: g.logLevel, KubeTools: f.kubeTools, KubeAssets: f.kubeAssets, RequireKube: f.needKube,
 			})
 			if err != nil {
 				return err
@@ -70,5 +71,6 @@ Fault kinds: ` + soak.KindList() + `.`,
 		"folder of the kube-apiserver scripts (start.sh); without them the soak runs no Kubernetes API")
 	cmd.Flags().StringVar(&f.kubeAssets, "kube-assets", os.Getenv("KUBEBUILDER_ASSETS"),
 		"folder of the kube-apiserver, etcd and kubectl binaries (what the scripts' build.sh prints)")
+	cmd.Flags().BoolVar(&f.needKube, "require-kube", false, "fail when the kube-apiserver cannot run, rather than skip the Kubernetes faults")
 	return cmd
 }
