@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +20,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"appliance/bootstrap"
+	"appliance/internal/kubeapi"
 	"appliance/internal/netlab"
+	"appliance/platform/kubevirt/kubevirttest"
 )
 
 // testImage is the reference the manifests name; nothing pulls it here.
@@ -301,29 +302,8 @@ func startKubeAPI(t *testing.T, n *netlab.Node) *kubeAPI {
 		}
 		t.Skip(msg)
 	}
-	tools, err := filepath.Abs("../../shared/tools/kube-apiserver")
-	if err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(t.TempDir(), "kube")
-	out, err := n.Run(context.Background(), "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
-		"KUBEBUILDER_ASSETS="+assets, filepath.Join(tools, "start.sh"), state)
-	t.Cleanup(func() { _, _ = exec.Command(filepath.Join(tools, "stop.sh"), state).CombinedOutput() })
-	if err != nil {
-		t.Fatalf("start.sh: %v\n%s", err, out)
-	}
-	fields := strings.Fields(out)
-	kc, err := os.ReadFile(fields[len(fields)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`server: (https://\S+)`).FindSubmatch(kc)
-	tokens, err := os.ReadFile(filepath.Join(state, "tokens.csv"))
-	if err != nil || m == nil {
-		t.Fatalf("start.sh's kubeconfig or tokens: %v", err)
-	}
-	token, _, _ := strings.Cut(string(tokens), ",")
-	return &kubeAPI{node: n, upstream: string(m[1]), token: token, assets: assets}
+	srv := startSharedKubeAPI(t, n, assets)
+	return &kubeAPI{node: n, upstream: srv.URL, token: srv.Token, assets: assets}
 }
 
 // kubeconfig is a kubelet-like kubeconfig for node name: the API by the
@@ -367,4 +347,31 @@ current-context: c
 		t.Fatalf("kubectl %v: %v", args, err)
 	}
 	return out
+}
+
+// startSharedKubeAPI starts the shared tools' etcd and kube-apiserver
+// inside n (kubeapi.Start: bound to n's address, once more when start.sh
+// fails) and stops them when the test ends.
+func startSharedKubeAPI(t *testing.T, n *netlab.Node, assets string) *kubeapi.Server {
+	t.Helper()
+	root, err := kubevirttest.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := filepath.Join(root, "..", "shared", "tools", "kube-apiserver")
+	state := filepath.Join(t.TempDir(), "kube")
+	srv, err := kubeapi.Start(t.Context(), n, tools, assets, state)
+	t.Cleanup(func() {
+		for _, st := range []string{state, state + "-again"} {
+			if _, err := os.Stat(filepath.Join(st, "pids")); err == nil {
+				if out, err := exec.Command(filepath.Join(tools, "stop.sh"), st).CombinedOutput(); err != nil {
+					t.Logf("stop.sh %s: %v\n%s", st, err, out)
+				}
+			}
+		}
+	})
+	if err != nil {
+		t.Fatalf("kube-apiserver in %s: %v", n.Name, err)
+	}
+	return srv
 }

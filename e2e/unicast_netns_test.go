@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -77,6 +76,7 @@ func waitPeers(t *testing.T, n *netlab.Node, want []netip.Addr, within time.Dura
 type adminKubeAPI struct {
 	node       *netlab.Node
 	direct     string // start.sh's kubeconfig (admin), for kubectl in that node
+	url        string // the kube-apiserver's own https://IP:port
 	kubeconfig string // the nodes': any server, insecure; the masters read their local stand-in
 	kubectl    string
 }
@@ -87,67 +87,16 @@ type adminKubeAPI struct {
 func startAdminKubeAPI(t *testing.T, n *netlab.Node) *adminKubeAPI {
 	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	root, err := kubevirttest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools := filepath.Join(root, "..", "shared", "tools", "kube-apiserver")
 	if assets == "" {
 		kubevirttest.Skip(t, "no kube-apiserver: run KUBEBUILDER_ASSETS=$(../shared/tools/kube-apiserver/build.sh) go test ./e2e")
 	}
-	state := filepath.Join(t.TempDir(), "kube")
-	out, err := n.Run(t.Context(), "env", "KUBE_BIND="+n.IPv4.Addr().String(), "KUBE_OWNER_PID="+strconv.Itoa(os.Getpid()),
-		"KUBEBUILDER_ASSETS="+assets, filepath.Join(tools, "start.sh"), state)
-	t.Cleanup(func() {
-		if o, err := n.Run(context.Background(), filepath.Join(tools, "stop.sh"), state); err != nil {
-			t.Logf("stop.sh: %v\n%s", err, o)
-		}
-	})
-	if err != nil {
-		t.Fatalf("start.sh in %s: %v\n%s", n.Name, err, out)
-	}
-	fields := strings.Fields(out)
-	if len(fields) == 0 {
-		t.Fatal("start.sh printed no kubeconfig")
-	}
-	k := &adminKubeAPI{node: n, direct: fields[len(fields)-1], kubectl: filepath.Join(assets, "kubectl")}
-	direct, err := os.ReadFile(k.direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens, err := os.ReadFile(filepath.Join(state, "tokens.csv"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, _, _ := strings.Cut(string(tokens), ",")
-	m := regexp.MustCompile(`server: (https://\S+)`).FindSubmatch(direct)
-	if m == nil {
-		t.Fatalf("no server in %s", direct)
-	}
-	k.kubeconfig = writeFile(t, "kubeconfig", fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: ocp4
-  cluster: {server: "%s", insecure-skip-tls-verify: true}
-users:
-- name: admin
-  user: {token: %s}
-contexts:
-- name: ocp4
-  context: {cluster: ocp4, user: admin}
-current-context: ocp4
-`, m[1], token))
-	return k
+	srv := startSharedKubeAPI(t, n, assets)
+	return &adminKubeAPI{node: n, direct: srv.Kubeconfig, url: srv.URL,
+		kubeconfig: writeFile(t, "kubeconfig", srv.AdminKubeconfig(srv.URL)), kubectl: filepath.Join(assets, "kubectl")}
 }
 
 // upstream is the real API's URL, for the stand-in apiservers.
-func (k *adminKubeAPI) upstream(t *testing.T) string {
-	b, err := os.ReadFile(k.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return regexp.MustCompile(`server: "(https://[^"]+)"`).FindStringSubmatch(string(b))[1]
-}
+func (k *adminKubeAPI) upstream(*testing.T) string { return k.url }
 
 // createMaster creates a master Node with its InternalIP, as a kubelet
 // registers.
