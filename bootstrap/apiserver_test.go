@@ -14,7 +14,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"appliance/internal/cluster"
-	"appliance/platform/kubevirt/kubevirttest"
 )
 
 // TestStaticPodRealAPIServer hands the manifest's bytes, as the kubelet
@@ -92,15 +91,5 @@ func TestStaticPodRealAPIServer(t *testing.T) {
 // with another package's server) and returns its kubeconfig.
 func startAPIServer(t *testing.T) string {
 	t.Helper()
-	s, skip, err := kubevirttest.StartBare()
-	if s != nil {
-		t.Cleanup(s.Stop)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if skip != "" {
-		kubevirttest.Skip(t, skip)
-	}
-	return s.Kubeconfig
+	return startServer(t).Kubeconfig
 }

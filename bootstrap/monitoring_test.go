@@ -188,7 +188,9 @@ func TestMonitoringRealAPIServer(t *testing.T) {
 	}
 }
 
-// startServer is startAPIServer's server, for its kubectl.
+// startServer runs a bare kube-apiserver for the test (kubevirttest's
+// harness, which retries a start that lost a port race) and stops it at
+// the end; the test skips without the binaries (fails under CI).
 func startServer(t *testing.T) *kubevirttest.Server {
 	t.Helper()
 	s, skip, err := kubevirttest.StartBare()
