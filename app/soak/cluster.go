@@ -52,12 +52,12 @@ type node struct {
 	h    *netlink.Handle // in the node's namespace, for reading its addresses
 
 	mu        sync.Mutex
-	procs     map[string]*netlab.Process // "run", "apiserver", "mcs", "router"
+	procs     map[string]*netlab.Process // "run" (or the classic stack's), "apiserver", "mcs", "router"
 	started   []startedProc              // every process started in it, for unplannedExits
 	gone      bool                       // torn down (the bootstrap): nothing runs, nothing is checked
 	brex      bool                       // its address is on br-ex
 	busy      int                        // faults running on it now
-	restarted time.Time                  // when its appliance last started
+	restarted time.Time                  // when its services last started
 }
 
 func (nd *node) addr() netip.Addr { return nd.n.IPv4.Addr() }
@@ -133,6 +133,9 @@ type cluster struct {
 	kube             *kubeAPI // nil: no Kubernetes API
 	kubeWhy          string   // why not
 	cfgPath          string
+	svc              services // what runs the nodes' network services
+	// logf prints a live line (the soak's say).
+	logf func(format string, args ...any)
 }
 
 func (c *cluster) node(name string) *node {
@@ -275,28 +278,16 @@ func dhcpPool() (netip.Addr, netip.Addr) {
 
 // start starts a process of the appliance binary in nd, tracked as key.
 func (c *cluster) start(nd *node, key string, args ...string) error {
-	full := append([]string{"--log-level", c.o.LogLevel, "--log-format", "text"}, args...)
-	p, err := nd.n.Start(c.ctx, c.o.Exe, full...)
+	return c.startExe(nd, key, c.o.Exe, append([]string{"--log-level", c.o.LogLevel, "--log-format", "text"}, args...)...)
+}
+
+// startExe starts program exe in nd, tracked as key.
+func (c *cluster) startExe(nd *node, key, exe string, args ...string) error {
+	p, err := nd.n.Start(c.ctx, exe, args...)
 	if err != nil {
 		return fmt.Errorf("soak: %s %s: %w", nd.name, key, err)
 	}
 	nd.setProc(key, p)
-	return nil
-}
-
-// startRun starts the node's appliance as its static pod would run it.
-func (c *cluster) startRun(nd *node) error {
-	args := []string{"run", "--config", c.cfgPath, "--node", nd.name, "--admin-listen", adminListen,
-		"--dhcp-leases", filepath.Join(c.lab.Dir(), "dhcp-leases-"+nd.name+".json")}
-	if c.kube != nil {
-		args = append(args, "--kubeconfig", c.kube.viaVIP)
-	}
-	if err := c.start(nd, "run", args...); err != nil {
-		return err
-	}
-	nd.mu.Lock()
-	nd.restarted = time.Now()
-	nd.mu.Unlock()
 	return nil
 }
 
@@ -381,8 +372,8 @@ func (c *cluster) unplannedExits() invariant {
 	return inv
 }
 
-// startAll starts every node's stand-ins and appliance and waits until
-// each appliance answers /healthz.
+// startAll starts every node's stand-ins and services and waits until
+// each node's services answer.
 func (c *cluster) startAll() error {
 	for _, nd := range c.nodes {
 		if nd.controlPlane() {
@@ -396,39 +387,20 @@ func (c *cluster) startAll() error {
 			return err
 		}
 	}
+	if err := c.svc.prepare(c); err != nil {
+		return err
+	}
 	for _, nd := range c.nodes {
-		if err := c.startRun(nd); err != nil {
+		if err := c.svc.start(c, nd); err != nil {
 			return err
 		}
 	}
 	for _, nd := range c.nodes {
-		if err := c.waitHealthy(nd, 60*time.Second); err != nil {
+		if err := c.svc.ready(c, nd, 60*time.Second); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// waitHealthy waits until nd's appliance answers /healthz.
-func (c *cluster) waitHealthy(nd *node, within time.Duration) error {
-	p := nd.proc("run")
-	end := time.Now().Add(within)
-	for {
-		select {
-		case <-p.Done():
-			return fmt.Errorf("soak: appliance run on %s exited: %v\n%s", nd.name, p.Wait(), tail(p.Output(), 20))
-		case <-c.ctx.Done():
-			return c.ctx.Err()
-		default:
-		}
-		if code, _, err := adminGet(nd.n, "/healthz", time.Second); err == nil && code == 200 {
-			return nil
-		}
-		if time.Now().After(end) {
-			return fmt.Errorf("soak: appliance run on %s does not answer /healthz after %s\n%s", nd.name, within, tail(p.Output(), 20))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // tail is the last n lines of s.

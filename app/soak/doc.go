@@ -21,7 +21,11 @@
 // memory, goroutines and descriptors per process.
 //
 // It prints a line per fault and a summary, writes report.json, and its
-// Report says whether every invariant held. It reuses the lab's pieces
+// Report says whether every invariant held. With Options.Stack
+// StackClassic the nodes run what the appliance replaces instead
+// (keepalived, haproxy and CoreDNS as OpenShift's templates configure
+// them, runtimecfg's monitors as loops of the soak), under the same
+// schedule and invariants; Compare prints two reports side by side. It reuses the lab's pieces
 // through the binary (the hidden `appliance lab apiserver|mcs|router`
 // stand-ins) and internal/netlab's namespaces; it imports no other
 // composition.

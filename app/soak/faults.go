@@ -153,18 +153,18 @@ func (j *injector) inject(r *faultRun) error {
 			return nil
 		}
 		return j.onNode(r, nd, func() error {
-			if err := c.stop(nd, "run", true, 0); err != nil {
+			if err := c.svc.stop(c, nd, true, 0); err != nil {
 				return err
 			}
-			j.say(r, "appliance killed; the kubelet restarts it in %s", r.Dur)
+			j.say(r, "%s killed; the kubelet restarts it in %s", c.svc.what(), r.Dur)
 			if !j.sleep(r.Dur) {
 				return nil
 			}
 			r.End = time.Now()
-			if err := c.startRun(nd); err != nil {
+			if err := c.svc.start(c, nd); err != nil {
 				return err
 			}
-			j.say(r, "appliance started again")
+			j.say(r, "%s started again", c.svc.what())
 			return nil
 		})
 	case KindSigtermHolder:
@@ -175,14 +175,14 @@ func (j *injector) inject(r *faultRun) error {
 		}
 		return j.onNode(r, nd, func() error {
 			t0 := time.Now()
-			j.say(r, "SIGTERM to the API VIP holder's appliance")
-			err := c.stop(nd, "run", false, 60*time.Second)
+			j.say(r, "SIGTERM to the API VIP holder's %s", c.svc.what())
+			err := c.svc.stop(c, nd, false, 60*time.Second)
 			r.End = time.Now()
 			if err != nil {
 				return err
 			}
 			j.say(r, "exited %s after SIGTERM; API VIP on %s; started again", time.Since(t0).Round(time.Millisecond), holderText(c, apiVIP))
-			return c.startRun(nd)
+			return c.svc.start(c, nd)
 		})
 	case KindLinkFlap:
 		nd, ok := pick(r, j.eligible(r.Kind, nil))
@@ -455,10 +455,10 @@ func (j *injector) teardown(r *faultRun) error {
 	}
 	j.sleep(time.Second)
 	t0 := time.Now()
-	if err := c.stop(b, "run", false, 60*time.Second); err != nil {
+	if err := c.svc.stop(c, b, false, 60*time.Second); err != nil {
 		return err
 	}
-	j.say(r, "bootstrap's appliance exited %s after SIGTERM", time.Since(t0).Round(time.Millisecond))
+	j.say(r, "bootstrap's %s exited %s after SIGTERM", c.svc.what(), time.Since(t0).Round(time.Millisecond))
 	for _, k := range []string{"apiserver", "mcs"} {
 		if err := c.stop(b, k, true, 0); err != nil {
 			return err

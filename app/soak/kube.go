@@ -94,17 +94,42 @@ func (k *kubeAPI) createNode(name, role string, ip netip.Addr) error {
 	if err := os.WriteFile(f, []byte(nodeManifest(name, role, ip)), 0o644); err != nil {
 		return err
 	}
-	if _, err := k.run("create", "-f", f); err != nil {
+	if err := k.retry("AlreadyExists", "create", "-f", f); err != nil {
 		return fmt.Errorf("soak: create Node %s: %w", name, err)
 	}
 	return nil
 }
 
 func (k *kubeAPI) deleteNode(name string) error {
-	if _, err := k.run("delete", "node", name, "--wait=false"); err != nil {
+	if err := k.retry("NotFound", "delete", "node", name, "--wait=false"); err != nil {
 		return fmt.Errorf("soak: delete Node %s: %w", name, err)
 	}
 	return nil
+}
+
+// kubeRetryFor is how long a Node's creation or deletion is tried while
+// the kube-apiserver is away (a kube-restart fault may overlap a day-2
+// one): its stop, its pause and its start, as an admin's retry would.
+const kubeRetryFor = 90 * time.Second
+
+// retry runs kubectl args until it succeeds or fails with done in its
+// output (an earlier try that timed out did the work), for kubeRetryFor.
+func (k *kubeAPI) retry(done string, args ...string) error {
+	end := time.Now().Add(kubeRetryFor)
+	for {
+		out, err := k.run(args...)
+		if err == nil || strings.Contains(out, done) {
+			return nil
+		}
+		if time.Now().After(end) {
+			return err
+		}
+		select {
+		case <-k.c.ctx.Done():
+			return err
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // stopAPIServer stops the kube-apiserver (etcd keeps its data).
@@ -150,4 +175,23 @@ func (k *kubeAPI) startAPIServer() error {
 		}
 	}
 	return errors.New("kube-apiserver not ready 60 s after it started again")
+}
+
+// nodeAddrs lists the Nodes' names and InternalIPs.
+func (k *kubeAPI) nodeAddrs() (map[string]netip.Addr, error) {
+	out, err := k.run("get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}`)
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]netip.Addr{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil {
+			m[f[0]] = a
+		}
+	}
+	return m, nil
 }

@@ -95,41 +95,103 @@ func sampleProcs(ctx context.Context, c *cluster, rec *recorder, every time.Dura
 			case <-t.C:
 			}
 			for _, nd := range c.live() {
-				p := nd.proc("run")
-				if p == nil {
-					continue
+				for _, key := range c.svc.keys(nd) {
+					sampleProc(c, nd, key, rec)
 				}
-				select {
-				case <-p.Done():
-					continue
-				default:
-				}
-				s := procSample{At: time.Now(), Node: nd.name, Pid: p.Pid()}
-				nd.mu.Lock()
-				s.Since = nd.restarted
-				nd.mu.Unlock()
-				rss, err := rssKiB(p.Pid())
-				if err != nil {
-					continue
-				}
-				s.RSSKiB = rss
-				code, body, err := adminGet(nd.n, "/metrics", 3*time.Second)
-				if err != nil || code != 200 {
-					continue
-				}
-				m := parseMetrics(body)
-				s.Goroutines, s.FDs = m["go_goroutines"], m["process_open_fds"]
-				s.Pipes = float64(pipeFDs(p.Pid()))
-				for key, v := range m {
-					if strings.HasPrefix(key, "appliance_lb_backend_active_connections{") {
-						s.Sessions += v
-					}
-				}
-				rec.addSample(s)
-				checkHeld(c, nd, m, rec)
 			}
 		}
 	}()
+}
+
+// sampleProc reads one of nd's service processes. The appliance's own
+// /metrics gives its goroutines and descriptors and its vip_held is
+// checked; another program's descriptors are counted in /proc, with its
+// children of the same name (keepalived's VRRP process).
+func sampleProc(c *cluster, nd *node, key string, rec *recorder) {
+	p := nd.proc(key)
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.Done():
+		return
+	default:
+	}
+	s := procSample{At: time.Now(), Node: sampleKeyName(c.svc, nd, key), Pid: p.Pid()}
+	nd.mu.Lock()
+	s.Since = nd.restarted
+	nd.mu.Unlock()
+	if !c.svc.metrics() {
+		for _, pid := range procTree(p.Pid()) {
+			rss, err := rssKiB(pid)
+			if err != nil {
+				continue
+			}
+			s.RSSKiB += rss
+			s.FDs += float64(countFDs(pid))
+		}
+		if cs, ok := c.svc.(*classicServices); ok && key == "haproxy" {
+			n, err := cs.haproxySessions(nd)
+			if err != nil {
+				return // no reading of its sessions: no judging of its descriptors
+			}
+			s.Sessions = n
+		}
+		if s.RSSKiB > 0 {
+			rec.addSample(s)
+		}
+		return
+	}
+	rss, err := rssKiB(p.Pid())
+	if err != nil {
+		return
+	}
+	s.RSSKiB = rss
+	code, body, err := adminGet(nd.n, "/metrics", 3*time.Second)
+	if err != nil || code != 200 {
+		return
+	}
+	m := parseMetrics(body)
+	s.Goroutines, s.FDs = m["go_goroutines"], m["process_open_fds"]
+	s.Pipes = float64(pipeFDs(p.Pid()))
+	for key, v := range m {
+		if strings.HasPrefix(key, "appliance_lb_backend_active_connections{") {
+			s.Sessions += v
+		}
+	}
+	rec.addSample(s)
+	checkHeld(c, nd, m, rec)
+}
+
+// procTree is pid and its descendants running the same program.
+func procTree(pid int) []int {
+	comm := func(p int) string {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+		return strings.TrimSpace(string(b))
+	}
+	name := comm(pid)
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", out[i], out[i]))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil && comm(c) == name {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// countFDs is how many descriptors a process has open.
+func countFDs(pid int) int {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return len(ents)
 }
 
 // checkHeld compares what nd's appliance says it holds with its kernel; a

@@ -20,9 +20,24 @@ import (
 
 // adminGet asks n's admin listener for path.
 func adminGet(n *netlab.Node, path string, timeout time.Duration) (int, string, error) {
-	c, err := n.DialTimeout("tcp", adminListen, timeout)
+	return httpGet(n, adminListen, path, false, timeout)
+}
+
+// httpsGet asks addr in nd for path over TLS, unverified (the stand-ins'
+// throw-away certificates).
+func httpsGet(nd *node, addr, path string, timeout time.Duration) (int, string, error) {
+	return httpGet(nd.n, addr, path, true, timeout)
+}
+
+// httpGet asks addr in n for path, one request on a connection of its own.
+func httpGet(n *netlab.Node, addr, path string, overTLS bool, timeout time.Duration) (int, string, error) {
+	raw, err := n.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return 0, "", err
+	}
+	var c net.Conn = raw
+	if overTLS {
+		c = tlsClient(raw)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))

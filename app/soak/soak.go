@@ -40,6 +40,9 @@ type Options struct {
 	// than a run that skips the Kubernetes faults (CI: the tools are there
 	// and must work).
 	RequireKube bool
+	// Stack is what runs the nodes' network services: StackAppliance
+	// (the default) or StackClassic, whose CoreDNS binary is CoreDNS.
+	Stack, CoreDNS string
 	// CallEvery is the pause between API calls on new connections;
 	// Streams the number of long-lived streams; DNSEvery the pause
 	// between rounds of DNS questions to each node; DHCPEvery between a
@@ -116,10 +119,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := o.fill(); err != nil {
 		return nil, err
 	}
+	svc, err := newServices(&o)
+	if err != nil {
+		return nil, err
+	}
 	s := &soak{ctx: ctx, o: o, rec: &recorder{}, start: time.Now()}
 	plan := Plan(o.Seed, o.Duration, o.Off)
-	fmt.Fprintf(o.Out, "soak: seed %d, %s, %d faults planned (%s)\n", o.Seed, o.Duration, len(plan), planSummary(plan))
-	s.c = &cluster{ctx: ctx, o: &s.o}
+	fmt.Fprintf(o.Out, "soak: %s stack, seed %d, %s, %d faults planned (%s)\n", svc.name(), o.Seed, o.Duration, len(plan), planSummary(plan))
+	s.c = &cluster{ctx: ctx, o: &s.o, svc: svc, logf: s.say}
 	rep, err := s.run(plan)
 	logDir := filepath.Join(o.ReportDir, "logs")
 	if cerr := s.c.close(logDir); cerr != nil && err == nil {
@@ -218,11 +225,14 @@ func (s *soak) run(plan []Fault) (*Report, error) {
 	// The DHCP clients' links first: a failure here returns before any
 	// load or monitor runs, so none outlives the cluster.
 	dh := &dhcpLoad{ctx: loadCtx, c: c, rec: s.rec, every: s.o.DHCPEvery}
-	if err := dh.setup(); err != nil {
-		return nil, err
+	if c.svc.dhcp() {
+		if err := dh.setup(); err != nil {
+			return nil, err
+		}
 	}
 	s.loadStart = time.Now()
 	var mon sync.WaitGroup
+	c.svc.loops(loadCtx, c, &mon)
 	watchHolders(loadCtx, c, s.rec, &mon)
 	sampleProcs(loadCtx, c, s.rec, s.o.SampleEvery, &mon)
 	api := &apiLoad{ctx: loadCtx, from: c.client, every: s.o.CallEvery, rec: s.rec}
@@ -230,9 +240,13 @@ func (s *soak) run(plan []Fault) (*Report, error) {
 	day2 := &day2State{}
 	dnsl := &dnsLoad{ctx: loadCtx, c: c, rec: s.rec, every: s.o.DNSEvery, day2: day2}
 	dnsl.run()
-	dh.run()
-	s.say("load: API calls every %s on new connections and %d streams through %s; DNS to every node every %s; %d DHCP clients renewing every %s",
-		s.o.CallEvery, s.o.Streams, vipAPI, s.o.DNSEvery, len(dh.clients), s.o.DHCPEvery)
+	dhcpLine := "no DHCP (the stack has no DHCP server)"
+	if c.svc.dhcp() {
+		dh.run()
+		dhcpLine = fmt.Sprintf("%d DHCP clients renewing every %s", len(dh.clients), s.o.DHCPEvery)
+	}
+	s.say("load: API calls every %s on new connections and %d streams through %s; DNS to every node every %s; %s",
+		s.o.CallEvery, s.o.Streams, vipAPI, s.o.DNSEvery, dhcpLine)
 
 	inj := &injector{s: s, c: c, day2: day2, upsOn: map[int]bool{}, unrdy: map[string]bool{}}
 	var faults sync.WaitGroup
