@@ -19,7 +19,7 @@ TEST_CMDS  := keepalived named named-checkconf ip nft tcpdump tshark stress-ng p
               libvirtd virsh qemu-system-x86_64 qemu-img skopeo ignition-validate systemd-analyze prometheus promtool runc jq
 FUZZTIME   ?= 5s
 
-.PHONY: all build image test test-deps unit kubelet soak-short soak-run netns fuzz lint run soak bench clean
+.PHONY: all build image test test-deps unit kubelet soak-short soak-run soak-compare netns fuzz lint run soak bench clean
 
 all: build
 
@@ -124,6 +124,23 @@ soak-run:
 	elif [ "$$CI" = true ]; then echo "soak: no $(KUBE_TOOLS)/build.sh (the kube-apiserver); CI=true, so this fails" >&2; exit 1; fi; \
 	./$(BIN) soak --duration $(SOAK_DURATION) --seed $(SEED) --kube-tools $(KUBE_TOOLS) --kube-assets "$$assets" \
 		$(if $(filter true,$(CI)),--require-kube) $(SOAK_FLAGS)
+
+# The side by side: the soak's schedule (SOAK, SEED) on `appliance run`, then the same schedule on the
+# stack it replaces (keepalived, haproxy and CoreDNS as OpenShift's templates configure them; the loops
+# of runtimecfg's monitors run in the soak), then both reports in one table. Exit 0 when the
+# appliance's soak held every invariant: the classic stack's broken ones are the comparison.
+# SOAK=30m SEED=1 make soak-compare
+soak-compare: build test-deps bin/coredns
+	@dir=soak-reports/compare-$$(date +%Y%m%d-%H%M%S)-seed$(SEED); \
+	$(MAKE) --no-print-directory soak-run SOAK_DURATION=$(SOAK) SOAK_FLAGS="--report-dir $$dir/appliance $(SOAK_FLAGS)"; apl=$$?; \
+	$(MAKE) --no-print-directory soak-run SOAK_DURATION=$(SOAK) \
+		SOAK_FLAGS="--stack classic --coredns bin/coredns --report-dir $$dir/classic $(SOAK_FLAGS)"; \
+	./$(BIN) soak compare $$dir/appliance/report.json $$dir/classic/report.json | tee $$dir/compare.txt; \
+	echo "side by side: $$dir/compare.txt"; exit $$apl
+
+# Stock CoreDNS (every plugin) at the version go.mod names, for the classic stack.
+bin/coredns: go.mod go.sum
+	cd "$$($(GO) list -m -f '{{.Dir}}' github.com/coredns/coredns)" && GOFLAGS=-mod=mod CGO_ENABLED=0 $(GO) build -o $(CURDIR)/bin/coredns .
 
 # The lab: a bootstrap, three masters and two workers running `appliance run`, a client calling
 # the API through the VIP through the bootstrap's teardown, a master's death and a day-2 worker.
