@@ -171,29 +171,13 @@ func (s *classicServices) ready(c *cluster, nd *node, within time.Duration) erro
 
 // loops starts runtimecfg's three monitors, as the soak's goroutines.
 func (s *classicServices) loops(ctx context.Context, c *cluster, wg *sync.WaitGroup) {
-	every := func(d time.Duration, do func()) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(d)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					do()
-				}
-			}
-		}()
-	}
 	for _, nd := range c.byRole(roleMaster) {
 		m := &haproxyMonitor{s: s, c: c, nd: nd}
 		m.check() // the monitor's first check runs at its start
-		every(haproxyMonitorEvery, m.check)
+		every(ctx, wg, haproxyMonitorEvery, m.check)
 	}
 	for _, nd := range c.nodes {
-		every(keepalivedMonitorEvery, func() {
+		every(ctx, wg, keepalivedMonitorEvery, func() {
 			if nd.isGone() {
 				return
 			}
@@ -202,7 +186,7 @@ func (s *classicServices) loops(ctx context.Context, c *cluster, wg *sync.WaitGr
 			}
 		})
 	}
-	every(corednsMonitorEvery, func() {
+	every(ctx, wg, corednsMonitorEvery, func() {
 		if c.kube == nil {
 			return
 		}

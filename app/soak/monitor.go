@@ -32,25 +32,32 @@ const holderEvery = 50 * time.Millisecond
 
 // watchHolders records every change of the VIPs' holders until ctx ends.
 func watchHolders(ctx context.Context, c *cluster, rec *recorder, wg *sync.WaitGroup) {
+	last := map[string][]string{"api": {"(start)"}, "ingress": {"(start)"}}
+	every(ctx, wg, holderEvery, func() {
+		now := time.Now()
+		for _, v := range vipNames {
+			hs := c.holders(v.addr)
+			if !slices.Equal(hs, last[v.name]) {
+				rec.addHolders(holderChange{At: now, VIP: v.name, Holders: hs})
+				last[v.name] = hs
+			}
+		}
+	})
+}
+
+// every runs do every d, in a goroutine counted in wg, until ctx ends.
+func every(ctx context.Context, wg *sync.WaitGroup, d time.Duration, do func()) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		last := map[string][]string{"api": {"(start)"}, "ingress": {"(start)"}}
-		t := time.NewTicker(holderEvery)
+		t := time.NewTicker(d)
 		defer t.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-			}
-			now := time.Now()
-			for _, v := range vipNames {
-				hs := c.holders(v.addr)
-				if !slices.Equal(hs, last[v.name]) {
-					rec.addHolders(holderChange{At: now, VIP: v.name, Holders: hs})
-					last[v.name] = hs
-				}
+				do()
 			}
 		}
 	}()
@@ -80,27 +87,16 @@ func (s procSample) otherFDs() float64 { return s.FDs - s.Pipes - 2*s.Sessions }
 
 // sampleProcs reads every live appliance's resident memory (/proc) and
 // its goroutines and open descriptors (its /metrics: the process
-// collector) every every, and checks appliance_vrrp_vip_held against the
+// collector) every d, and checks appliance_vrrp_vip_held against the
 // kernel.
-func sampleProcs(ctx context.Context, c *cluster, rec *recorder, every time.Duration, wg *sync.WaitGroup) {
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			for _, nd := range c.live() {
-				for _, key := range c.svc.keys(nd) {
-					sampleProc(c, nd, key, rec)
-				}
+func sampleProcs(ctx context.Context, c *cluster, rec *recorder, d time.Duration, wg *sync.WaitGroup) {
+	every(ctx, wg, d, func() {
+		for _, nd := range c.live() {
+			for _, key := range c.svc.keys(nd) {
+				sampleProc(c, nd, key, rec)
 			}
 		}
-	}()
+	})
 }
 
 // sampleProc reads one of nd's service processes. The appliance's own
