@@ -218,7 +218,7 @@ func (s *classicServices) followAddr(c *cluster, nd *node) error {
 		return err
 	}
 	if p := nd.proc("keepalived"); p != nil {
-		if err := p.Signal(syscall.SIGHUP); err != nil && err != os.ErrProcessDone {
+		if err := p.Signal(syscall.SIGHUP); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return err
 		}
 	}
