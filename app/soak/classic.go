@@ -116,9 +116,18 @@ func (s *classicServices) start(c *cluster, nd *node) error {
 	if err := s.writeKeepalived(c, nd, ifc); err != nil {
 		return err
 	}
+	// A container starts with an empty /run: no pid file of a killed
+	// keepalived is left. A stale one can name a pid reused since (the
+	// check scripts churn through pids), and keepalived would then exit
+	// as "already running".
+	pids := []string{s.path("keepalived-" + nd.name + ".pid"), s.path("vrrp-" + nd.name + ".pid")}
+	for _, p := range pids {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
 	if err := c.startExe(nd, "keepalived", "keepalived", "--dont-fork", "--log-console", "--log-detail", "--vrrp", "--no-syslog",
-		"-f", s.path("keepalived-"+nd.name+".conf"), "-p", s.path("keepalived-"+nd.name+".pid"),
-		"-r", s.path("vrrp-"+nd.name+".pid")); err != nil {
+		"-f", s.path("keepalived-"+nd.name+".conf"), "-p", pids[0], "-r", pids[1]); err != nil {
 		return err
 	}
 	if nd.role == roleMaster {
