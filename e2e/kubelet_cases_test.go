@@ -323,6 +323,12 @@ func (c *kubeletCluster) testGracePeriod(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	old := h.mustRunning(t)
 	manifest := h.Manifest()
+	// The kubelet removes the container soon after it exits, its logs
+	// with it: read them as they are written.
+	follow, err := h.FollowLogs(old.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t0 := time.Now()
 	h.remove(t)
 	var moved time.Duration
@@ -335,7 +341,7 @@ func (c *kubeletCluster) testGracePeriod(t *testing.T) {
 		return false, s
 	})
 	st := h.waitExited(t, old.ID, grace+10*time.Second)
-	logs, err := h.Logs(old.ID)
+	logs, err := follow.Wait(10 * time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

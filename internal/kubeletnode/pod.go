@@ -218,6 +218,42 @@ func (k *Node) Logs(id string) (string, error) {
 	return string(out), nil
 }
 
+// LogFollower reads a container's logs as it writes them (`crictl logs
+// -f`), so they are kept when the kubelet removes the container at once
+// after it exits, as it does with a static pod whose manifest went.
+type LogFollower struct {
+	cmd  *exec.Cmd
+	buf  bytes.Buffer
+	done chan error
+}
+
+// FollowLogs starts following container id's logs.
+func (k *Node) FollowLogs(id string) (*LogFollower, error) {
+	f := &LogFollower{cmd: exec.Command(k.env["CRICTL"], "logs", "-f", id), done: make(chan error, 1)}
+	f.cmd.Stdout, f.cmd.Stderr = &f.buf, &f.buf
+	if err := f.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("kubelet on %s: crictl logs -f %s: %w", k.Name, id, err)
+	}
+	go func() { f.done <- f.cmd.Wait() }()
+	return f, nil
+}
+
+// Wait returns what was read once the container's logs ended (it exited),
+// or an error after timeout (the follower is stopped then).
+func (f *LogFollower) Wait(timeout time.Duration) (string, error) {
+	select {
+	case err := <-f.done:
+		if err != nil {
+			return f.buf.String(), fmt.Errorf("crictl logs -f: %w: %s", err, f.buf.String())
+		}
+		return f.buf.String(), nil
+	case <-time.After(timeout):
+		_ = f.cmd.Process.Kill()
+		<-f.done
+		return f.buf.String(), fmt.Errorf("crictl logs -f: the logs did not end within %s", timeout)
+	}
+}
+
 // Sandboxes counts the pod's sandboxes the runtime has ready.
 func (k *Node) Sandboxes() (int, error) {
 	out, err := k.Crictl("pods", "-o", "json", "--label", "io.kubernetes.pod.name="+k.PodName())
