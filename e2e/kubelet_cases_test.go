@@ -488,8 +488,22 @@ func (c *kubeletCluster) testUpgrade(t *testing.T) {
 	if len(failed)+len(broken) > 0 {
 		t.Errorf("API calls failed through the upgrade: %v %v", failed, broken)
 	}
-	if len(ifailed) > 0 {
-		t.Errorf("ingress calls failed through the upgrade: %v", ifailed)
+	// The ingress VIP has no handback (the appliance balances no ingress
+	// traffic): a request in flight to the old holder when the VIP moves
+	// lands on the new one, which resets it. At most one such reset per
+	// move; anything else is a failure.
+	moves := len(ingSeq()) - 1
+	resets := 0
+	for _, f := range ifailed {
+		if strings.Contains(f, "connection reset by peer") {
+			resets++
+		}
+	}
+	switch {
+	case resets < len(ifailed) || resets > moves:
+		t.Errorf("ingress calls failed through the upgrade (%d ingress VIP moves): %v", moves, ifailed)
+	case resets > 0:
+		t.Logf("ingress calls reset by a move of the ingress VIP (no handback for it): %v", ifailed)
 	}
 	if seq := apiSeq(); len(seq) < 2 {
 		t.Errorf("the API VIP never moved (holders %v): the upgrade did not exercise a handover", seq)
@@ -708,8 +722,15 @@ func (c *kubeletCluster) testHung(t *testing.T) {
 	if holds(t, h.n, kubeletAPIVIP) {
 		t.Errorf("%s still holds the API VIP after its restart", h.name)
 	}
-	if got, want := nftShape(t, h.n), nftShape(t, peers[0].n); got != want {
-		t.Errorf("%s's nftables after its restart differ from %s's:\n%s\n--- %s:\n%s", h.name, peers[0].name, got, peers[0].name, want)
+	// Compared with the other backup: a backup keeps the handback rule to
+	// the master it follows, the holder only for the window after its
+	// takeover.
+	ref := peers[0]
+	if holds(t, ref.n, kubeletAPIVIP) {
+		ref = peers[1]
+	}
+	if got, want := nftShape(t, h.n), nftShape(t, ref.n); got != want {
+		t.Errorf("%s's nftables after its restart differ from %s's:\n%s\n--- %s:\n%s", h.name, ref.name, got, ref.name, want)
 	}
 	// A call under way on the hung node's LB when it stopped waits for its
 	// timeout (3 s); the next ones reach the peer.
