@@ -89,9 +89,17 @@ func Compare(w io.Writer, a, b *Report) {
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "invariant\t%s\t%s\n", a.Stack, b.Stack)
-	verdict := func(r *Report, name string) string {
+	// Invariants match by Key; a report written before keys existed
+	// matches by Name.
+	id := func(inv invariant) string {
+		if inv.Key != "" {
+			return inv.Key
+		}
+		return inv.Name
+	}
+	verdict := func(r *Report, key string) string {
 		for _, inv := range r.Invariants {
-			if inv.Name != name {
+			if id(inv) != key {
 				continue
 			}
 			switch {
@@ -107,9 +115,9 @@ func Compare(w io.Writer, a, b *Report) {
 	seen := map[string]bool{}
 	for _, r := range []*Report{a, b} {
 		for _, inv := range r.Invariants {
-			if !seen[inv.Name] {
-				seen[inv.Name] = true
-				fmt.Fprintf(tw, "%s\t%s\t%s\n", inv.Name, verdict(a, inv.Name), verdict(b, inv.Name))
+			if k := id(inv); !seen[k] {
+				seen[k] = true
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", inv.Name, verdict(a, k), verdict(b, k))
 			}
 		}
 	}

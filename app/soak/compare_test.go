@@ -21,8 +21,9 @@ func TestCompareSideBySide(t *testing.T) {
 	dir := t.TempDir()
 	var paths []string
 	for _, rep := range []*Report{
-		mk(StackAppliance, 400*time.Millisecond, 0, invariant{Name: "one holder", Held: true, Checks: 9}),
-		mk(StackClassic, 3600*time.Millisecond, 17, invariant{Name: "one holder", Violations: []string{"a", "b"}}),
+		mk(StackAppliance, 400*time.Millisecond, 0, invariant{Key: "one-holder", Name: "one holder", Held: true, Checks: 9}),
+		// The same invariant by Key, worded differently.
+		mk(StackClassic, 3600*time.Millisecond, 17, invariant{Key: "one-holder", Name: "one holder, reworded", Violations: []string{"a", "b"}}),
 	} {
 		p, err := rep.write(filepath.Join(dir, rep.Stack))
 		if err != nil {
@@ -51,6 +52,9 @@ func TestCompareSideBySide(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("side by side lacks %q:\n%s", want, got)
 		}
+	}
+	if strings.Contains(got, "reworded") {
+		t.Errorf("one invariant on two rows:\n%s", got)
 	}
 	if strings.Contains(got, "not one schedule") {
 		t.Errorf("one schedule called two:\n%s", got)

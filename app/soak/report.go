@@ -122,6 +122,9 @@ type dhcpTotals struct {
 }
 
 type invariant struct {
+	// Key names the invariant for programs (compare) whatever its Name's
+	// wording; Name is for people.
+	Key  string `json:"key,omitempty"`
 	Name string `json:"name"`
 	Held bool   `json:"held"`
 	// NA says why the invariant does not apply to the stack (it has no
@@ -366,6 +369,10 @@ func (s *soak) analyse(inj *injector, loadEnd time.Time) *Report {
 	exits := s.c.unplannedExits()
 
 	rep.Invariants = []invariant{single, present, callInv, streamInv, dnsWrong, dnsUp, dhcpInv, dhcpUp, bounded, held, slopeInv, exits}
+	for i, k := range []string{"one-holder", "a-holder", "calls", "streams", "dns-right", "dns-up", "dhcp-right", "dhcp-up",
+		"outage-bounded", "vip-held-metric", "slopes", "no-unplanned-exit"} {
+		rep.Invariants[i].Key = k
+	}
 	rep.Passed = true
 	for i := range rep.Invariants {
 		rep.Invariants[i].Held = rep.Invariants[i].NA != "" || len(rep.Invariants[i].Violations) == 0
